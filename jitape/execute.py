@@ -4,7 +4,8 @@ import threading
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu import first_row_mixing, per_example_plan, per_example_sweep, reverse_sweep
+from jitape_kernels.cpu import (first_row_mixing, per_example_plan, per_example_sweep, reverse_sweep,
+                                second_order_sweep, tangent_sweep)
 
 from . import config
 from .program import lower
@@ -79,9 +80,10 @@ def source_gradients(tape, targets, seeds, sources):
     return grads
 
 
-def _columns_per_sweep(program, n):
-    """K for one sweep: all n columns unless the buffers would pass jt.config.jacobian_memory_bytes."""
-    per_column = (program.adjoint_size + program.slots[program.targets[0], oc.SIZE]) * program.dtype.itemsize
+def _columns_per_sweep(program, n, buffers=1):
+    """K for one sweep: all n columns unless the buffers (`buffers` of adjoint_size rows, and the seed)
+    would pass jt.config.jacobian_memory_bytes."""
+    per_column = (buffers * program.adjoint_size + program.slots[program.targets[0], oc.SIZE]) * program.dtype.itemsize
     return int(max(1, min(n, config.jacobian_memory_bytes // max(per_column, 1))))
 
 
@@ -106,6 +108,43 @@ def source_jacobians(tape, target, sources):
                     jacobians[i] = np.empty((n, block.shape[0]), sources[i].dtype)
                 jacobians[i][start:start + k] = block.T
     return jacobians
+
+
+def source_hessian(tape, target, source, directions=None):
+    """tape.hessian's compiled path, forward over reverse: [source.size, K], the Hessian times each
+    column of `directions` (the identity when None), or None when the target does not depend on the source.
+
+    One reverse sweep gives every cotangent; then per chunk of directions one
+    tangent sweep and one second-order sweep (see jitape_kernels.cpu.hessian).
+    """
+    program = lower(tape, [target], [source], _arena)
+    rows = [program.adjoint_rows[s] for s in (program.sources[0], *program.source_aliases[0].tolist())
+            if s >= 0 and program.adjoint_rows[s] >= 0]
+    t = program.targets[0]
+    if not rows or t < 0 or program.adjoint_rows[t] < 0:
+        return None
+    n = source.size
+    adjoint = reverse(program, [np.ones((1, 1), program.dtype)])
+    total = n if directions is None else directions.shape[1]
+    chunk = _columns_per_sweep(program, total, buffers=2)
+    result = np.empty((n, total), program.dtype)
+    for start in range(0, total, chunk):
+        k = min(chunk, total - start)
+        tangent = np.zeros((program.adjoint_size, k), program.dtype)
+        for row in rows:
+            if directions is None:
+                tangent[row + start + np.arange(k), np.arange(k)] = 1
+            else:
+                tangent[row:row + n] = directions[:, start:start + k]
+        adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
+        adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
+        adjoint_tangent[:] = 0
+        tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent)
+        second_order_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
+                           tangent, adjoint_tangent)
+        (block,) = source_blocks(program, adjoint_tangent)
+        result[:, start:start + k] = block
+    return result
 
 
 def check_rows(program, batch, method):

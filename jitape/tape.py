@@ -410,12 +410,7 @@ class GradientTape:
         self._release_if_used_up()
         return nest.pack_like(sources, results)
 
-    def _recording_of_gradient(self, target, source):
-        """A persistent tape holding this tape's records plus the recorded gradient of target w.r.t. source.
-
-        The forward values are unchanged, so the copy needs no replay: the VJP ops
-        recorded on it connect to the forward tensors it already tracks.
-        """
+    def _check_hessian(self, target, source):
         if self._used:
             raise RuntimeError("GradientTape.hessian can only be called once on non-persistent tapes.")
         if not isinstance(target, Tensor) or target.shape != ():
@@ -423,6 +418,13 @@ class GradientTape:
             raise ValueError(f"GradientTape.hessian: target must be a scalar Tensor, got shape {shape}")
         if not isinstance(source, Tensor) or source.dtype.kind != "f":
             raise TypeError(f"GradientTape.hessian: source must be a float Tensor, got {source!r}")
+
+    def _recording_of_gradient(self, target, source):
+        """A persistent tape holding this tape's records plus the recorded gradient of target w.r.t. source.
+
+        The forward values are unchanged, so the copy needs no replay: the VJP ops
+        recorded on it connect to the forward tensors it already tracks.
+        """
         copy = GradientTape(persistent=True, watch_accessed_variables=False)
         copy._records = self._records[:]
         copy._rows = array("q", self._rows)
@@ -444,6 +446,11 @@ class GradientTape:
     def hessian(self, target, source):
         """d² target / d source², shape source.shape + source.shape, from this one tape.
 
+        Compiled forward over reverse: one reverse sweep, then one tangent sweep and one
+        second-order sweep with K = source.size directions. Under an enclosing recording
+        tape the gradient is recorded with the VJP rules and differentiated again, so the
+        Hessian itself can be differentiated.
+
         >>> import jitape as jt
         >>> x = jt.constant([1.0, 2.0])
         >>> with jt.GradientTape() as tape:
@@ -453,23 +460,34 @@ class GradientTape:
         array([[ 6.,  0.],
                [ 0., 12.]], dtype=float32)
         """
-        copy, grad = self._recording_of_gradient(target, source)
+        self._check_hessian(target, source)
+        if _state.recording:
+            copy, grad = self._recording_of_gradient(target, source)
+            result = None if grad is None else copy.jacobian(grad, source, UnconnectedGradients.ZERO)
+        else:
+            from .execute import source_hessian
+            h = source_hessian(self, target, source)
+            result = None if h is None else Tensor(h.astype(source.dtype).reshape(source.shape + source.shape))
         self._release_if_used_up()
-        if grad is None:
-            return None
-        return copy.jacobian(grad, source)
+        return result
 
     def hessian_vector_product(self, target, source, v):
-        """(d² target / d source²) · v, one reverse sweep over the gradient's recording."""
+        """(d² target / d source²) · v, shape source.shape: one tangent sweep along v (K = 1)."""
+        self._check_hessian(target, source)
         v = v if isinstance(v, Tensor) else Tensor(np.asarray(v, source.dtype)[()])
         if v.shape != source.shape:
             raise ValueError(f"GradientTape.hessian_vector_product: v has shape {v.shape}, expected the "
                              f"source's shape {source.shape}")
-        copy, grad = self._recording_of_gradient(target, source)
+        if _state.recording:
+            copy, grad = self._recording_of_gradient(target, source)
+            result = None if grad is None else copy.gradient(grad, source, output_gradients=v,
+                                                             unconnected_gradients=UnconnectedGradients.ZERO)
+        else:
+            from .execute import source_hessian
+            hv = source_hessian(self, target, source, np.asarray(v._value).reshape(-1, 1))
+            result = None if hv is None else Tensor(hv.astype(source.dtype).reshape(source.shape)[()])
         self._release_if_used_up()
-        if grad is None:
-            return None
-        return copy.gradient(grad, source, output_gradients=v)
+        return result
 
     def _release_if_used_up(self):
         if not self._persistent:

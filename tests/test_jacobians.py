@@ -111,9 +111,12 @@ def test_jacobian_chunks_give_the_same_result(monkeypatch):
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
         y = jt.sigmoid(jt.reshape(x, (11, 1)) * jt.constant(np.linspace(0, 1, 5)))
+        total = jt.reduce_sum(y * y)
     whole = tape.jacobian(y, x).numpy()
+    hessian = tape.hessian(total, x).numpy()
     monkeypatch.setattr(jt.config, "jacobian_memory_bytes", 64)
     np.testing.assert_array_equal(tape.jacobian(y, x).numpy(), whole)
+    np.testing.assert_array_equal(tape.hessian(total, x).numpy(), hessian)
 
 
 @settings(max_examples=15, deadline=None)
@@ -157,7 +160,7 @@ def test_per_example_gradients_refuse_unsupported_junctions_and_rowless_targets(
 
 
 def _row_chain(n_ops):
-    """n_ops elementwise ops on batch rows: data rows times a shared parameter, chained."""
+    """n_ops elementwise ops on batch rows: data rows times a shared parameter, chained; and their sum."""
     data = jt.constant(np.linspace(0.1, 0.9, 12).reshape(4, 3))
     w = jt.Variable(np.array([0.3, -0.2, 0.5]))
     with jt.GradientTape(persistent=True) as tape:
@@ -165,23 +168,29 @@ def _row_chain(n_ops):
         y = data
         for _ in range(n_ops // 4):      # sin, *, *, + : four ops a step
             y = jt.sin(y) * w + 0.5 * y
-    return tape, y, data, w
+        total = jt.reduce_sum(y)
+    return tape, y, total, data, w
 
 
-@pytest.mark.parametrize("method", ["jacobian", "batch_jacobian", "per_example_gradients"])
+@pytest.mark.parametrize("method", ["jacobian", "batch_jacobian", "per_example_gradients", "hessian",
+                                    "hessian_vector_product"])
 def test_python_calls_independent_of_tape_length(method):
     from tests.test_tape import _count_python_calls
 
-    def call(tape, y, data, w):
+    def call(tape, y, total, data, w):
         if method == "jacobian":
             return tape.jacobian(y, data)
         if method == "batch_jacobian":
             return tape.batch_jacobian(y, data)
+        if method == "hessian":
+            return tape.hessian(total, data)
+        if method == "hessian_vector_product":
+            return tape.hessian_vector_product(total, data, np.ones(data.shape))
         return tape.per_example_gradients(y, w)
 
     call(*_row_chain(2_000))                 # compile, and size the reused buffers
     counts = {}
     for n in (400, 2_000):
-        tape, y, data, w = _row_chain(n)
-        counts[n], _ = _count_python_calls(lambda: call(tape, y, data, w))
+        tape, y, total, data, w = _row_chain(n)
+        counts[n], _ = _count_python_calls(lambda: call(tape, y, total, data, w))
     assert counts[400] == counts[2_000], counts

@@ -1,7 +1,8 @@
-"""Compiled forward and reverse kernels of the elementwise opcodes (unary, binary, where).
+"""Compiled kernels of the elementwise opcodes (unary, binary, where): forward, reverse, and the
+tangent and second-order kernels of forward-over-reverse Hessians.
 
-Inputs and outputs are flat arena views of equal size; adjoints are [size, K]
-views. The scalar rules compute in float64 and round once on store; float
+Inputs and outputs are flat arena views of equal size; adjoints and tangents
+are [size, K] views. The scalar rules compute in float64 and round once on store; float
 parameters (elu alpha, clip bounds, scale, exponent) were rounded to the
 program's dtype when recorded, so float32 products match numpy's bit for bit.
 """
@@ -110,6 +111,39 @@ def unary_derivative(op, x, y, p0, p1):
     return p0 * x ** (p0 - 1)
 
 
+@njit(cache=True, inline="always")
+def unary_second_derivative(op, x, y, p0, p1):
+    """d²y/dx² at x, given the recorded output y; 0 for the piecewise-linear rules."""
+    x = float(x)
+    y = float(y)
+    if op == oc.SQUARE:
+        return 2.0
+    if op == oc.SQRT:
+        return -0.25 / (y * y * y)
+    if op == oc.EXP:
+        return y
+    if op == oc.LOG:
+        return -1 / (x * x)
+    if op == oc.LOG1P:
+        return -1 / ((1 + x) * (1 + x))
+    if op == oc.SIN or op == oc.COS:
+        return -y
+    if op == oc.TAN:
+        return 2 * y * (1 + y * y)
+    if op == oc.TANH:
+        return -2 * y * (1 - y * y)
+    if op == oc.SIGMOID:
+        return y * (1 - y) * (1 - 2 * y)
+    if op == oc.ELU:
+        return 0.0 if x > 0 else y + p0
+    if op == oc.SOFTPLUS:
+        s = unary_derivative(op, x, y, p0, p1)
+        return s * (1 - s)
+    if op == oc.POWC:
+        return p0 * (p0 - 1) * x ** (p0 - 2)
+    return 0.0
+
+
 @njit(cache=True)
 def unary_forward(op, x, out, p0, p1):
     for i in range(x.size):
@@ -123,6 +157,17 @@ def unary_reverse(op, x, y, g_out, g_in, p0, p1):
         d = unary_derivative(op, x[i], y[i], p0, p1)
         for k in range(K):
             g_in[i, k] += g_out[i, k] * d
+
+
+@njit(cache=True)
+def unary_second(op, x, y, g_out, t_in, gt_in, p0, p1):
+    """Second-order term of x's cotangent tangent: gt_in[i] += g_out[i] f''(x_i) t_in[i] (g_out one column)."""
+    K = t_in.shape[1]
+    for i in range(x.size):
+        c = g_out[i] * unary_second_derivative(op, x[i], y[i], p0, p1)
+        if c != 0:
+            for k in range(K):
+                gt_in[i, k] += c * t_in[i, k]
 
 
 @njit(cache=True)
@@ -203,6 +248,27 @@ def binary_partials(op, a, b, y):
     return (one, zero) if a <= b else (zero, one)
 
 
+@njit(cache=True, inline="always")
+def binary_second_partials(op, a, b, y):
+    """(d/da dy/da, d/db dy/da, d/da dy/db, d/db dy/db): the derivatives of binary_partials' rules."""
+    a = float(a)
+    b = float(b)
+    y = float(y)
+    zero = 0.0
+    if op == oc.MUL:
+        return zero, 1.0, 1.0, zero
+    if op == oc.DIV:
+        return zero, -1 / (b * b), -1 / (b * b), 2 * y / (b * b)
+    if op == oc.POW:
+        aa = b * (b - 1) * a ** (b - 2)
+        if a > 0:
+            log_a = math.log(a)
+            ab = a ** (b - 1) * (1 + b * log_a)
+            return aa, ab, ab, y * log_a * log_a
+        return aa, a ** (b - 1), zero, zero     # dy/db is 0 where a <= 0
+    return zero, zero, zero, zero
+
+
 @njit(cache=True)
 def binary_forward(op, a, b, out):
     for i in range(a.size):
@@ -221,6 +287,38 @@ def binary_reverse(op, a, b, y, g_out, g_a, g_b, want_a, want_b):
         if want_b:
             for k in range(K):
                 g_b[i, k] += g_out[i, k] * db
+
+
+@njit(cache=True)
+def binary_tangent(op, a, b, y, t_a, t_b, t_out, has_a, has_b):
+    """t_out += dy/da t_a + dy/db t_b over K tangent columns (an input without a tangent is skipped)."""
+    K = t_out.shape[1]
+    for i in range(a.size):
+        da, db = binary_partials(op, a[i], b[i], y[i])
+        if has_a:
+            for k in range(K):
+                t_out[i, k] += da * t_a[i, k]
+        if has_b:
+            for k in range(K):
+                t_out[i, k] += db * t_b[i, k]
+
+
+@njit(cache=True)
+def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b):
+    """Second-order terms of the inputs' cotangent tangents, g_out one column; only MUL, DIV, POW have them."""
+    if op != oc.MUL and op != oc.DIV and op != oc.POW:
+        return
+    K = gt_a.shape[1] if has_a else gt_b.shape[1]
+    for i in range(a.size):
+        aa, ab, ba, bb = binary_second_partials(op, a[i], b[i], y[i])
+        g = float(g_out[i])
+        for k in range(K):
+            ta = t_a[i, k] if has_a else 0.0
+            tb = t_b[i, k] if has_b else 0.0
+            if has_a:
+                gt_a[i, k] += g * (aa * ta + ab * tb)
+            if has_b:
+                gt_b[i, k] += g * (ba * ta + bb * tb)
 
 
 @njit(cache=True)
@@ -271,3 +369,16 @@ def where_reverse(cond, g_out, g_a, g_b, want_a, want_b):
         elif want_b:
             for k in range(K):
                 g_b[i, k] += g_out[i, k]
+
+
+@njit(cache=True)
+def where_tangent(cond, t_a, t_b, t_out, has_a, has_b):
+    K = t_out.shape[1]
+    for i in range(cond.size):
+        if cond[i] != 0:
+            if has_a:
+                for k in range(K):
+                    t_out[i, k] += t_a[i, k]
+        elif has_b:
+            for k in range(K):
+                t_out[i, k] += t_b[i, k]

@@ -12,11 +12,11 @@ from .elementwise import (binary_forward, binary_partials, binary_reverse, binar
 from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward,
                      solve_reverse)
 from .reduction import reduce_forward, reduce_reverse
-from .shape import gather_forward, gather_reverse, mapped_forward, mapped_reverse, place_forward, place_reverse
+from .shape import mapped_forward, mapped_reverse, moved_forward, moved_reverse
 
 
 @njit(cache=True, inline="always")
-def _params(op, iattr, fattr, a):
+def params(op, iattr, fattr, a):
     if op == oc.CLIP:
         return fattr[iattr[a]], fattr[iattr[a] + 1]
     if op == oc.ELU or op == oc.SCALE or op == oc.POWC:
@@ -37,7 +37,7 @@ def forward_sweep(code, slots, iattr, fattr, arena):
         n0 = slots[code[r, oc.IN0], oc.SIZE]
         x = arena[i0:i0 + n0]
         if op <= oc.UNARY_LAST:
-            p0, p1 = _params(op, iattr, fattr, a)
+            p0, p1 = params(op, iattr, fattr, a)
             unary_forward(op, x, out, p0, p1)
         elif op <= oc.BINARY_LAST:
             i1 = code[r, oc.IN1_OFF]
@@ -50,10 +50,8 @@ def forward_sweep(code, slots, iattr, fattr, arena):
             reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2])
         elif op <= oc.PAD:
             mapped_forward(op, iattr, a, x, out)
-        elif op == oc.PLACE:
-            place_forward(iattr, a, x, out)
-        elif op == oc.GATHER:
-            gather_forward(iattr, a, x, out)
+        elif op <= oc.GATHER:
+            moved_forward(op, iattr, a, x, out)
         elif op == oc.MATMUL:
             i1 = code[r, oc.IN1_OFF]
             n1 = slots[code[r, oc.IN1], oc.SIZE]
@@ -86,7 +84,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
     g0 = adjoint[j0:j0 + n0] if j0 >= 0 else empty
     if op <= oc.UNARY_LAST:
         if j0 >= 0:
-            p0, p1 = _params(op, iattr, fattr, a)
+            p0, p1 = params(op, iattr, fattr, a)
             if K == 1:
                 unary_reverse_1d(op, x, y, flat[go:go + size], flat[j0:j0 + n0], p0, p1)
             else:
@@ -121,10 +119,8 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
         reduce_reverse(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2])
     elif op <= oc.PAD:
         mapped_reverse(op, iattr, a, g_out, g0)
-    elif op == oc.PLACE:
-        place_reverse(iattr, a, g_out, g0)
-    elif op == oc.GATHER:
-        gather_reverse(iattr, a, g_out, g0)
+    elif op <= oc.GATHER:
+        moved_reverse(op, iattr, a, g_out, g0)
     else:
         inv_reverse(iattr, a, y, g_out, g0)
 
@@ -149,7 +145,7 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint):
             j0 = code[r, oc.IN0_ADJ]
             if op <= oc.UNARY_LAST:
                 if j0 >= 0:
-                    p0, p1 = _params(op, iattr, fattr, a)
+                    p0, p1 = params(op, iattr, fattr, a)
                     d = unary_derivative(op, arena[i0], arena[o], p0, p1)
                     for k in range(K):
                         adjoint[j0, k] += adjoint[go, k] * d

@@ -1,4 +1,5 @@
-"""Compiled kernels of MATMUL, SOLVE and INV over batched 2-D blocks of the arena (BLAS/LAPACK via scipy).
+"""Compiled kernels of MATMUL, SOLVE and INV over batched 2-D blocks of the arena (BLAS/LAPACK via scipy):
+forward, reverse, and the tangent and second-order kernels of forward-over-reverse Hessians.
 
 Adjoints are [rows, K] with K contiguous, so a cotangent block of an (m, n)
 matrix is an (m, n*K) matrix and most reverse products are one BLAS-3 call.
@@ -47,6 +48,50 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w):
 
 
 @njit(cache=True)
+def _swap_leading(block, p, q, K):
+    """A [p, q, K] block as a contiguous [q, p * K] matrix (its first two axes swapped)."""
+    return np.ascontiguousarray(block.reshape(p, q, K).transpose(1, 0, 2)).reshape(q, p * K)
+
+
+@njit(cache=True)
+def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w):
+    """C' += X' W + X W' over K tangent columns."""
+    m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
+    K = t_out.shape[1]
+    for b in range(max(iattr[a], iattr[a + 1])):
+        X, Wm, bx, bw = _matmul_operands(iattr, a, x, w, b)
+        T = t_out[b * m * n:(b + 1) * m * n]
+        if has_w:
+            Tm = T.reshape(m, n * K)
+            Tm += np.dot(X, t_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K))
+        if has_x:
+            # C'[i] (n, K) += W^T (n, k) @ X'[i] (k, K) for every row i
+            Wt = np.ascontiguousarray(Wm.T)
+            TX = t_x[bx * m * k:(bx + 1) * m * k]
+            for i in range(m):
+                T[i * n:(i + 1) * n] += np.dot(Wt, TX[i * k:(i + 1) * k])
+
+
+@njit(cache=True)
+def matmul_second(iattr, a, g_out, t_x, t_w, gt_x, gt_w):
+    """With both operands active: dX's tangent += G W'^T and dW's tangent += X'^T G (G the one-column cotangent)."""
+    m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
+    batch_x, batch_w = iattr[a], iattr[a + 1]
+    K = gt_x.shape[1]
+    for b in range(max(batch_x, batch_w)):
+        bx = b if batch_x > 1 else 0
+        bw = b if batch_w > 1 else 0
+        G = np.ascontiguousarray(g_out[b * m * n:(b + 1) * m * n]).reshape(m, n)
+        # dX'[i, l, :] += sum_j G[i, j] W'[l, j, :]
+        GX = gt_x[bx * m * k:(bx + 1) * m * k].reshape(m, k * K)
+        GX += np.dot(G, _swap_leading(t_w[bw * k * n:(bw + 1) * k * n], k, n, K))
+        # dW'[l, j, :] += sum_i X'[i, l, :] G[i, j]
+        P = np.dot(np.ascontiguousarray(G.T), t_x[bx * m * k:(bx + 1) * m * k].reshape(m, k * K))
+        GW = gt_w[bw * k * n:(bw + 1) * k * n]
+        GW += _swap_leading(P, n, k, K).reshape(k * n, K)
+
+
+@njit(cache=True)
 def solve_forward(iattr, a, A, B, out):
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
     for b in range(batch):
@@ -76,6 +121,56 @@ def solve_reverse(iattr, a, A, y, g_out, g_A, g_B, want_A, want_B):
 
 
 @njit(cache=True)
+def solve_tangent(iattr, a, A, y, t_A, t_B, t_out, has_A, has_B):
+    """Y = A^-1 B: Y' += A^-1 (B' - A' Y), all K columns in one solve."""
+    batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
+    K = t_out.shape[1]
+    for b in range(batch):
+        Ab = A[b * n * n:(b + 1) * n * n].reshape(n, n)
+        Y = y[b * n * m:(b + 1) * n * m].reshape(n, m)
+        R = np.zeros((n, m * K), t_out.dtype)
+        if has_B:
+            R += t_B[b * n * m:(b + 1) * n * m].reshape(n, m * K)
+        if has_A:
+            Yt = np.ascontiguousarray(Y.T)
+            TA = t_A[b * n * n:(b + 1) * n * n]
+            for i in range(n):
+                # (A' Y)[i, c, :] = sum_j Y[j, c] A'[i, j, :]
+                R[i] -= np.dot(Yt, TA[i * n:(i + 1) * n]).ravel()
+        T = t_out[b * n * m:(b + 1) * n * m].reshape(n, m * K)
+        T += np.linalg.solve(Ab, R)
+
+
+@njit(cache=True)
+def solve_second(iattr, a, A, y, g_out, t_A, t_out, gt_A, gt_B, want_B):
+    """With A active, differentiate dB = A^-T G and dA = -dB Y^T along A' and Y' (G the one-column cotangent):
+    dB' = -A^-T (A'^T dB), dA' = -dB' Y^T - dB Y'^T."""
+    batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
+    K = gt_A.shape[1]
+    for b in range(batch):
+        At = np.ascontiguousarray(A[b * n * n:(b + 1) * n * n].reshape(n, n).T)
+        Y = y[b * n * m:(b + 1) * n * m].reshape(n, m)
+        G = np.ascontiguousarray(g_out[b * n * m:(b + 1) * n * m]).reshape(n, m)
+        dB = np.linalg.solve(At, G)
+        # (A'^T dB)[i, c, :] = sum_j dB[j, c] A'[j, i, :]
+        TAt = _swap_leading(t_A[b * n * n:(b + 1) * n * n], n, n, K)
+        M = np.empty((n, m * K), gt_A.dtype)
+        dBt = np.ascontiguousarray(dB.T)
+        for i in range(n):
+            M[i] = np.dot(dBt, TAt[i].reshape(n, K)).ravel()
+        dB_t = -np.ascontiguousarray(np.linalg.solve(At, M))
+        if want_B:
+            GB = gt_B[b * n * m:(b + 1) * n * m].reshape(n, m * K)
+            GB += dB_t
+        GA = gt_A[b * n * n:(b + 1) * n * n]
+        for i in range(n):
+            GA[i * n:(i + 1) * n] -= np.dot(Y, dB_t[i].reshape(m, K))
+        # (dB Y'^T)[i, j, :] = sum_c dB[i, c] Y'[j, c, :]
+        GAm = GA.reshape(n, n * K)
+        GAm -= np.dot(dB, _swap_leading(t_out[b * n * m:(b + 1) * n * m], n, m, K))
+
+
+@njit(cache=True)
 def inv_forward(iattr, a, A, out):
     batch, n = iattr[a], iattr[a + 1]
     for b in range(batch):
@@ -92,3 +187,30 @@ def inv_reverse(iattr, a, y, g_out, g_A):
         for k in range(K):
             G = np.ascontiguousarray(g_out[b * n * n:(b + 1) * n * n, k]).reshape(n, n)
             g_A[b * n * n:(b + 1) * n * n, k] -= np.dot(np.dot(Yt, G), Yt).ravel()
+
+
+@njit(cache=True)
+def inv_tangent(iattr, a, y, t_A, t_out):
+    """Y = A^-1: Y' += -Y A' Y, one tangent column at a time."""
+    batch, n = iattr[a], iattr[a + 1]
+    K = t_out.shape[1]
+    for b in range(batch):
+        Y = np.ascontiguousarray(y[b * n * n:(b + 1) * n * n].reshape(n, n))
+        for k in range(K):
+            TA = np.ascontiguousarray(t_A[b * n * n:(b + 1) * n * n, k]).reshape(n, n)
+            t_out[b * n * n:(b + 1) * n * n, k] -= np.dot(np.dot(Y, TA), Y).ravel()
+
+
+@njit(cache=True)
+def inv_second(iattr, a, y, g_out, t_out, gt_A):
+    """Differentiate dA = -Y^T G Y^T along Y' (G the one-column cotangent): dA' += -Y'^T G Y^T - Y^T G Y'^T."""
+    batch, n = iattr[a], iattr[a + 1]
+    K = gt_A.shape[1]
+    for b in range(batch):
+        Yt = np.ascontiguousarray(y[b * n * n:(b + 1) * n * n].reshape(n, n).T)
+        G = np.ascontiguousarray(g_out[b * n * n:(b + 1) * n * n]).reshape(n, n)
+        GYt = np.dot(G, Yt)
+        YtG = np.dot(Yt, G)
+        for k in range(K):
+            TYt = np.ascontiguousarray(np.ascontiguousarray(t_out[b * n * n:(b + 1) * n * n, k]).reshape(n, n).T)
+            gt_A[b * n * n:(b + 1) * n * n, k] -= (np.dot(TYt, GYt) + np.dot(YtG, TYt)).ravel()

@@ -1,4 +1,5 @@
-"""Compiled kernels of the reductions SUM, MAX, MIN, PROD over the middle axis of an [outer, n, inner] view."""
+"""Compiled kernels of the reductions SUM, MAX, MIN, PROD over the middle axis of an [outer, n, inner] view:
+forward, reverse, and the tangent and second-order kernels of forward-over-reverse Hessians."""
 import numpy as np
 from numba import njit
 
@@ -38,37 +39,86 @@ def reduce_forward(op, x, out, outer, n, inner):
 
 
 @njit(cache=True)
+def _partials(op, x, y, base, n, inner, d):
+    """d[a] = d y / d x[base + a * inner] for one reduced entry y."""
+    if op == oc.SUM:
+        d[:] = 1.0
+    elif op == oc.PROD:
+        # product of all other entries, by suffix then prefix products: exact with zeros
+        d[n - 1] = 1.0
+        for a in range(n - 2, -1, -1):
+            d[a] = d[a + 1] * x[base + (a + 1) * inner]
+        prefix = 1.0
+        for a in range(n):
+            d[a] *= prefix
+            prefix *= x[base + a * inner]
+    else:
+        # TensorFlow splits the gradient evenly between tied extrema
+        ties = 0
+        for a in range(n):
+            ties += x[base + a * inner] == y
+        for a in range(n):
+            d[a] = 1.0 / ties if x[base + a * inner] == y else 0.0
+
+
+@njit(cache=True)
 def reduce_reverse(op, x, y, g_out, g_in, outer, n, inner):
     K = g_out.shape[1]
+    d = np.empty(n)
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
             r = o * inner + i
-            if op == oc.SUM:
-                for a in range(n):
-                    for k in range(K):
-                        g_in[base + a * inner, k] += g_out[r, k]
-            elif op == oc.PROD:
-                # product of all other entries, by prefix/suffix products: exact with zeros
-                suffix = np.ones(n + 1)
-                for a in range(n - 1, -1, -1):
-                    suffix[a] = suffix[a + 1] * x[base + a * inner]
-                prefix = 1.0
-                for a in range(n):
-                    d = prefix * suffix[a + 1]
-                    for k in range(K):
-                        g_in[base + a * inner, k] += g_out[r, k] * d
-                    prefix *= x[base + a * inner]
-            else:
-                # TensorFlow splits the gradient evenly between tied extrema
-                ties = 0
-                for a in range(n):
-                    if x[base + a * inner] == y[r]:
-                        ties += 1
-                if ties == 0:
-                    continue
-                share = 1.0 / ties
-                for a in range(n):
-                    if x[base + a * inner] == y[r]:
-                        for k in range(K):
-                            g_in[base + a * inner, k] += g_out[r, k] * share
+            _partials(op, x, y[r], base, n, inner, d)
+            for a in range(n):
+                for k in range(K):
+                    g_in[base + a * inner, k] += g_out[r, k] * d[a]
+
+
+@njit(cache=True)
+def reduce_tangent(op, x, y, t_in, t_out, outer, n, inner):
+    K = t_out.shape[1]
+    d = np.empty(n)
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            r = o * inner + i
+            _partials(op, x, y[r], base, n, inner, d)
+            for a in range(n):
+                for k in range(K):
+                    t_out[r, k] += d[a] * t_in[base + a * inner, k]
+
+
+@njit(cache=True)
+def prod_second(x, g_out, t_in, gt_in, outer, n, inner):
+    """PROD's second-order term: gt_in[a] += g * d/dt (product of the entries other than a).
+
+    The product excluding a is prefix[a] * suffix[a]; their tangents follow the
+    same recurrences, so every entry costs O(K) and zeros stay exact.
+    """
+    K = t_in.shape[1]
+    suffix = np.empty(n)
+    suffix_t = np.empty((n, K))
+    prefix_t = np.empty(K)
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            g = float(g_out[o * inner + i])
+            if g == 0:
+                continue
+            suffix[n - 1] = 1.0
+            suffix_t[n - 1] = 0.0
+            for a in range(n - 2, -1, -1):
+                e = base + (a + 1) * inner
+                suffix[a] = suffix[a + 1] * x[e]
+                for k in range(K):
+                    suffix_t[a, k] = suffix_t[a + 1, k] * x[e] + suffix[a + 1] * t_in[e, k]
+            prefix = 1.0
+            prefix_t[:] = 0.0
+            for a in range(n):
+                e = base + a * inner
+                for k in range(K):
+                    gt_in[e, k] += g * (prefix_t[k] * suffix[a] + prefix * suffix_t[a, k])
+                for k in range(K):
+                    prefix_t[k] = prefix_t[k] * x[e] + prefix * t_in[e, k]
+                prefix *= x[e]

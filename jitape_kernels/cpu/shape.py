@@ -1,5 +1,8 @@
 """Compiled kernels of the data-movement opcodes: TRANSPOSE, TILE, SLICE, PAD, PLACE, GATHER.
 
+All are linear, so their tangent kernels apply the forward map to K tangent
+columns and they have no second-order terms.
+
 SLICE and PAD are each other's adjoint: SLICE reads in[starts + i * steps], PAD
 writes out[starts + i * steps] = in[i] into zeros.
 
@@ -157,67 +160,94 @@ def mapped_forward(op, iattr, a, x, out):
 
 
 @njit(cache=True)
+def _gather_add(m, src, dst):
+    """dst[e] += src[m[e]], rows of K columns."""
+    K = dst.shape[1]
+    for e in range(m.size):
+        for k in range(K):
+            dst[e, k] += src[m[e], k]
+
+
+@njit(cache=True)
+def _scatter_add(m, src, dst):
+    """dst[m[e]] += src[e], rows of K columns."""
+    K = dst.shape[1]
+    for e in range(m.size):
+        for k in range(K):
+            dst[m[e], k] += src[e, k]
+
+
+@njit(cache=True)
 def mapped_reverse(op, iattr, a, g_out, g_in):
-    K = g_out.shape[1]
     block = leading_broadcast_block(op, iattr, a)
     if block:
         for start in range(0, g_out.shape[0], block):
             g_in += g_out[start:start + block]
-        return
-    m = index_map(op, iattr, a)
-    if op == oc.PAD:
-        for e in range(m.size):
-            for k in range(K):
-                g_in[e, k] += g_out[m[e], k]
+    elif op == oc.PAD:
+        _gather_add(index_map(op, iattr, a), g_out, g_in)
     else:
-        for e in range(m.size):
-            for k in range(K):
-                g_in[m[e], k] += g_out[e, k]
+        _scatter_add(index_map(op, iattr, a), g_out, g_in)
 
 
 @njit(cache=True)
-def place_forward(iattr, a, x, out):
-    outer, n_in, inner, n_out, offset = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
-    block = n_in * inner
+def mapped_tangent(op, iattr, a, t_in, t_out):
+    """The forward map applied to K tangent columns (these ops are linear)."""
+    block = leading_broadcast_block(op, iattr, a)
+    if block:
+        for start in range(0, t_out.shape[0], block):
+            t_out[start:start + block] += t_in
+    elif op == oc.PAD:
+        _scatter_add(index_map(op, iattr, a), t_in, t_out)
+    else:
+        _gather_add(index_map(op, iattr, a), t_in, t_out)
+
+
+@njit(cache=True)
+def block_moves(op, iattr, a):
+    """PLACE and GATHER as (input start, output start) pairs of contiguous runs of `length` entries."""
+    if op == oc.PLACE:
+        outer, n_in, inner, n_out, offset = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
+        moves = np.empty((outer, 2), np.int64)
+        for o in range(outer):
+            moves[o, 0] = o * n_in * inner
+            moves[o, 1] = (o * n_out + offset) * inner
+        return moves, n_in * inner
+    outer, n_axis, inner, n_idx = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3]
+    moves = np.empty((outer * n_idx, 2), np.int64)
     for o in range(outer):
-        src = o * block
-        dst = (o * n_out + offset) * inner
-        for e in range(block):
+        for j in range(n_idx):
+            moves[o * n_idx + j, 0] = (o * n_axis + iattr[a + 4 + j]) * inner
+            moves[o * n_idx + j, 1] = (o * n_idx + j) * inner
+    return moves, inner
+
+
+@njit(cache=True)
+def moved_forward(op, iattr, a, x, out):
+    moves, length = block_moves(op, iattr, a)
+    for p in range(moves.shape[0]):
+        src, dst = moves[p, 0], moves[p, 1]
+        for e in range(length):
             out[dst + e] = x[src + e]
 
 
 @njit(cache=True)
-def place_reverse(iattr, a, g_out, g_in):
-    outer, n_in, inner, n_out, offset = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
-    block = n_in * inner
-    K = g_out.shape[1]
-    for o in range(outer):
-        src = o * block
-        dst = (o * n_out + offset) * inner
-        for e in range(block):
+def _add_runs(src, dst, moves, read, write, length):
+    """dst[moves[p, write] + e] += src[moves[p, read] + e] for every run p, rows of K columns."""
+    K = dst.shape[1]
+    for p in range(moves.shape[0]):
+        s, d = moves[p, read], moves[p, write]
+        for e in range(length):
             for k in range(K):
-                g_in[src + e, k] += g_out[dst + e, k]
+                dst[d + e, k] += src[s + e, k]
 
 
 @njit(cache=True)
-def gather_forward(iattr, a, x, out):
-    outer, n_axis, inner, n_idx = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3]
-    for o in range(outer):
-        for j in range(n_idx):
-            src = (o * n_axis + iattr[a + 4 + j]) * inner
-            dst = (o * n_idx + j) * inner
-            for i in range(inner):
-                out[dst + i] = x[src + i]
+def moved_reverse(op, iattr, a, g_out, g_in):
+    moves, length = block_moves(op, iattr, a)
+    _add_runs(g_out, g_in, moves, 1, 0, length)
 
 
 @njit(cache=True)
-def gather_reverse(iattr, a, g_out, g_in):
-    outer, n_axis, inner, n_idx = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3]
-    K = g_out.shape[1]
-    for o in range(outer):
-        for j in range(n_idx):
-            src = (o * n_axis + iattr[a + 4 + j]) * inner
-            dst = (o * n_idx + j) * inner
-            for i in range(inner):
-                for k in range(K):
-                    g_in[src + i, k] += g_out[dst + i, k]
+def moved_tangent(op, iattr, a, t_in, t_out):
+    moves, length = block_moves(op, iattr, a)
+    _add_runs(t_in, t_out, moves, 0, 1, length)

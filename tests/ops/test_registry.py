@@ -445,3 +445,61 @@ def test_op_higher_order(name, order):
         assert abs(analytic - numeric) <= 1e-4 * max(1.0, abs(numeric)), (name, order, analytic, numeric)
 
     run()
+
+
+def _packed_scalar(case, args, where, shapes, z, ct):
+    """<f(inputs), ct> with every float input a reshaped window of the one vector z."""
+    parts, start = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        parts.append(jt.reshape(z[start:start + size], shape))
+        start += size
+    return jt.reduce_sum(case.fn(*_substitute(args, where, parts)) * ct)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_op_hessian(name):
+    """Compiled forward-over-reverse Hessian == recorded VJPs differentiated again == central differences
+    of the gradient, with all inputs packed into one source (so cross terms are covered)."""
+    case = CASES[name]
+
+    @settings(max_examples=4, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    @given(case.inputs)
+    def run(args):
+        where = _flatten_args(args)
+        arrays = [args[i] if j is None else args[i][j] for i, j in where]
+        shapes = [a.shape for a in arrays]
+        z0 = np.concatenate([a.ravel() for a in arrays])
+        rng = np.random.default_rng(11)
+        ct = rng.uniform(0.5, 1.5, np.shape(case.ref(*args)))
+        v = rng.uniform(-1, 1, z0.shape)
+        z = jt.constant(z0)
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(z)
+            s = _packed_scalar(case, args, where, shapes, z, ct)
+        compiled = tape.hessian(s, z)
+        hv = tape.hessian_vector_product(s, z, v)
+        with jt.GradientTape():           # a recording tape selects the recorded path
+            recorded = tape.hessian(s, z)
+        if compiled is None:
+            assert recorded is None
+            return
+        np.testing.assert_allclose(compiled.numpy(), recorded.numpy(), rtol=1e-9, atol=1e-10,
+                                   err_msg=f"{name}: compiled vs recorded Hessian")
+        np.testing.assert_allclose(hv.numpy(), compiled.numpy() @ v, rtol=1e-9, atol=1e-10,
+                                   err_msg=f"{name}: hessian_vector_product vs hessian @ v")
+        h = max(case.step, 1e-5)
+
+        def gradient_at(t):
+            zt = jt.constant(z0 + t * v)
+            with jt.GradientTape() as g_tape:
+                g_tape.watch(zt)
+                value = _packed_scalar(case, args, where, shapes, zt, ct)
+            return g_tape.gradient(value, zt, unconnected_gradients="zero").numpy()
+
+        numeric = (gradient_at(h) - gradient_at(-h)) / (2 * h)
+        np.testing.assert_allclose(hv.numpy(), numeric, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{name}: Hessian vs central differences of the gradient")
+
+    run()
