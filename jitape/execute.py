@@ -130,16 +130,20 @@ def source_hessian(tape, target, source, directions=None):
     result = np.empty((n, total), program.dtype)
     for start in range(0, total, chunk):
         k = min(chunk, total - start)
-        tangent = np.zeros((program.adjoint_size, k), program.dtype)
+        # only the seeded rows need values: tangent_sweep writes every row it reads
+        tangent = _workspace.take("tangent", program.adjoint_size * k, program.dtype).reshape(-1, k)
         for row in rows:
             if directions is None:
+                tangent[row:row + n] = 0
                 tangent[row + start + np.arange(k), np.arange(k)] = 1
             else:
                 tangent[row:row + n] = directions[:, start:start + k]
         adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
         adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
         adjoint_tangent[:] = 0
-        tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent)
+        seed_row = rows[0] if directions is None and len(rows) == 1 else -1
+        tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
+                      seed_row, start)
         second_order_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
                            tangent, adjoint_tangent)
         (block,) = source_blocks(program, adjoint_tangent)

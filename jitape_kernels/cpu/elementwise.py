@@ -305,8 +305,9 @@ def binary_tangent(op, a, b, y, t_a, t_b, t_out, has_a, has_b):
 
 @njit(cache=True)
 def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b):
-    """Second-order terms of the inputs' cotangent tangents, g_out one column; only MUL, DIV, POW have them."""
-    if op != oc.MUL and op != oc.DIV and op != oc.POW:
+    """Second-order terms of the inputs' cotangent tangents, g_out one column; only MUL, DIV, POW have them
+    (MUL only when both inputs are active, DIV only when the divisor is)."""
+    if not ((op == oc.MUL and has_a and has_b) or (op == oc.DIV and has_b) or op == oc.POW):
         return
     K = gt_a.shape[1] if has_a else gt_b.shape[1]
     for i in range(a.size):

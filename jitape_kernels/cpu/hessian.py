@@ -12,30 +12,83 @@ tangent sweep. Linear ops (shape moves, sums, add, where, max/min) have none.
 Tangents and cotangent tangents use the Program's adjoint rows: exactly the
 slots between the sources and the target need them.
 """
+import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
 from .elementwise import binary_second, binary_tangent, unary_reverse, unary_second, where_tangent
 from .interpreter import params, reverse_instruction
-from .linalg import inv_second, inv_tangent, matmul_second, matmul_tangent, solve_second, solve_tangent
+from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tangent, matmul_tangent, solve_second,
+                     solve_tangent)
 from .reduction import prod_second, reduce_tangent
 from .shape import mapped_tangent, moved_tangent
 
 
 @njit(cache=True)
-def tangent_sweep(code, slots, iattr, fattr, arena, tangent):
-    """Fill every active output's K tangent columns, y' = sum_i J_i x_i', in program order.
+def _reads_tangents(op, code, r, slots):
+    """Which of instruction r's slots (input 0, input 1, output) its second-order kernel reads tangents of."""
+    has0 = code[r, oc.IN0_ADJ] >= 0
+    has1 = code[r, oc.IN1_ADJ] >= 0
+    if op <= oc.UNARY_LAST:
+        linear = (op == oc.COPY or op == oc.NEG or op == oc.ABS or op == oc.SIGN or op == oc.RELU
+                  or op == oc.CLIP or op == oc.SCALE)
+        return not linear, False, False
+    if op == oc.MUL or op == oc.MATMUL:
+        return has0 and has1, has0 and has1, False
+    if op == oc.DIV:
+        return has1, has1, False
+    if op == oc.POW:
+        return True, True, False
+    if op == oc.PROD:
+        return True, False, False
+    if op == oc.SOLVE:
+        return has0, False, has0
+    if op == oc.INV:
+        return False, False, True
+    return False, False, False
 
-    `tangent` [adjoint_size, K] holds the seeded source rows and zeros elsewhere.
+
+@njit(cache=True)
+def _tangents_needed(code, slots):
+    """Per slot: whether second_order_sweep reads its tangent, directly or through a later tangent."""
+    needed = np.zeros(slots.shape[0], np.bool_)
+    for r in range(code.shape[0] - 1, -1, -1):
+        op = code[r, oc.OP]
+        t0, t1, t_out = _reads_tangents(op, code, r, slots)
+        if t_out or needed[code[r, oc.OUT]]:
+            needed[code[r, oc.OUT]] = True
+            for c in range(oc.IN0, oc.IN2 + 1):
+                if code[r, c] >= 0:
+                    needed[code[r, c]] = True
+        if t0:
+            needed[code[r, oc.IN0]] = True
+        if t1:
+            needed[code[r, oc.IN1]] = True
+    return needed
+
+
+@njit(cache=True)
+def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_start):
+    """Fill the K tangent columns y' = sum_i J_i x_i' of every output whose tangent the second-order
+    sweep needs, in program order; other rows are left as they are (never read).
+
+    `tangent` [adjoint_size, K] holds the seeded source rows (the only active
+    slots no instruction writes). seed_row >= 0 says the rows from seed_row hold
+    the identity's columns seed_start.. (a Hessian's directions): a matmul with
+    that operand copies instead of multiplying by the identity. -1 for other directions.
     """
     empty = tangent[0:0]
+    needed = _tangents_needed(code, slots)
     for r in range(code.shape[0]):
+        if not needed[code[r, oc.OUT]]:
+            continue
         op = code[r, oc.OP]
         a = code[r, oc.ATTR]
         size = slots[code[r, oc.OUT], oc.SIZE]
         o = code[r, oc.OUT_OFF]
         y = arena[o:o + size]
         t_out = tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + size]
+        t_out[:] = 0
         i0 = code[r, oc.IN0_OFF]
         n0 = slots[code[r, oc.IN0], oc.SIZE]
         x = arena[i0:i0 + n0]
@@ -56,7 +109,13 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent):
             j2 = code[r, oc.IN2_ADJ]
             where_tangent(x, t1, tangent[j2:j2 + size] if j2 >= 0 else empty, t_out, j1 >= 0, j2 >= 0)
         elif op == oc.MATMUL:
-            matmul_tangent(iattr, a, x, w, t0, t1, t_out, j0 >= 0, j1 >= 0)
+            seeded_x = j0 >= 0 and j0 == seed_row
+            seeded_w = j1 >= 0 and j1 == seed_row
+            matmul_tangent(iattr, a, x, w, t0, t1, t_out, j0 >= 0 and not seeded_x, j1 >= 0 and not seeded_w)
+            if seeded_x:
+                matmul_seeded_tangent(iattr, a, x, w, t_out, False, seed_start)
+            if seeded_w:
+                matmul_seeded_tangent(iattr, a, x, w, t_out, True, seed_start)
         elif op == oc.SOLVE:
             solve_tangent(iattr, a, x, y, t0, t1, t_out, j0 >= 0, j1 >= 0)
         elif j0 < 0:

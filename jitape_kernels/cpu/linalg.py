@@ -73,6 +73,31 @@ def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w):
 
 
 @njit(cache=True)
+def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
+    """C' += X W' (seeded_w) or X' W where that operand's tangent is the identity's columns
+    start..start+K: one entry of the operand per column, so a copy instead of a product."""
+    batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
+    batch = max(batch_x, batch_w)
+    K = t_out.shape[1]
+    per_item = k * n if seeded_w else m * k
+    shared = (batch_w if seeded_w else batch_x) == 1
+    for c in range(K):
+        item, entry = divmod(start + c, per_item)
+        for b in range(batch):
+            if not shared and b != item:
+                continue
+            X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
+            if seeded_w:
+                l, j = divmod(entry, n)
+                for i in range(m):
+                    t_out[(b * m + i) * n + j, c] += X[i, l]
+            else:
+                i, l = divmod(entry, k)
+                for j in range(n):
+                    t_out[(b * m + i) * n + j, c] += Wm[l, j]
+
+
+@njit(cache=True)
 def matmul_second(iattr, a, g_out, t_x, t_w, gt_x, gt_w):
     """With both operands active: dX's tangent += G W'^T and dW's tangent += X'^T G (G the one-column cotangent)."""
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
