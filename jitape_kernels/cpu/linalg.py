@@ -77,24 +77,28 @@ def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
     """C' += X W' (seeded_w) or X' W where that operand's tangent is the identity's columns
     start..start+K: one entry of the operand per column, so a copy instead of a product."""
     batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
-    batch = max(batch_x, batch_w)
     K = t_out.shape[1]
     per_item = k * n if seeded_w else m * k
     shared = (batch_w if seeded_w else batch_x) == 1
+    # column c is the seeded operand's entry (item, row, col) = start + c
+    item = np.empty(K, np.int64)
+    row = np.empty(K, np.int64)
+    col = np.empty(K, np.int64)
     for c in range(K):
-        item, entry = divmod(start + c, per_item)
-        for b in range(batch):
-            if not shared and b != item:
-                continue
-            X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
-            if seeded_w:
-                l, j = divmod(entry, n)
-                for i in range(m):
-                    t_out[(b * m + i) * n + j, c] += X[i, l]
-            else:
-                i, l = divmod(entry, k)
-                for j in range(n):
-                    t_out[(b * m + i) * n + j, c] += Wm[l, j]
+        item[c], entry = divmod(start + c, per_item)
+        row[c], col[c] = divmod(entry, n if seeded_w else k)
+    for b in range(max(batch_x, batch_w)):
+        X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
+        for i in range(m):
+            for c in range(K):
+                if shared or item[c] == b:
+                    if seeded_w:
+                        # W' entry (row, col) = 1: C'[i, col] += X[i, row]
+                        t_out[(b * m + i) * n + col[c], c] += X[i, row[c]]
+                    elif row[c] == i:
+                        # X' entry (i, col) = 1: C'[i, j] += W[col, j]
+                        for j in range(n):
+                            t_out[(b * m + i) * n + j, c] += Wm[col[c], j]
 
 
 @njit(cache=True)
