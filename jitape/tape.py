@@ -474,10 +474,15 @@ class GradientTape:
     def hessian_vector_product(self, target, source, v):
         """(d² target / d source²) · v, shape source.shape: one tangent sweep along v (K = 1)."""
         self._check_hessian(target, source)
-        v = v if isinstance(v, Tensor) else Tensor(np.asarray(v, source.dtype)[()])
-        if v.shape != source.shape:
-            raise ValueError(f"GradientTape.hessian_vector_product: v has shape {v.shape}, expected the "
+        value = np.asarray(v._value if isinstance(v, Tensor) else v)
+        if value.dtype.kind not in "fiu":
+            raise TypeError(f"GradientTape.hessian_vector_product: v must be a float array, got dtype {value.dtype}")
+        if value.shape != source.shape:
+            raise ValueError(f"GradientTape.hessian_vector_product: v has shape {value.shape}, expected the "
                              f"source's shape {source.shape}")
+        if not np.all(np.isfinite(value)):
+            raise ValueError("GradientTape.hessian_vector_product: v contains NaN or Inf")
+        v = v if isinstance(v, Tensor) else Tensor(value.astype(source.dtype)[()])
         if _state.recording:
             copy, grad = self._recording_of_gradient(target, source)
             result = None if grad is None else copy.gradient(grad, source, output_gradients=v,

@@ -103,7 +103,14 @@ def test_hessian_rejects_non_scalar_targets_and_wrong_v_shapes():
         tape.hessian(y, x)
     with pytest.raises(ValueError, match=r"v has shape \(3,\), expected the source's shape \(2,\)"):
         tape.hessian_vector_product(s, x, jt.constant([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="v contains NaN or Inf"):
+        tape.hessian_vector_product(s, x, [np.nan, 1.0])
+    with pytest.raises(TypeError, match="v must be a float array, got dtype <U1"):
+        tape.hessian_vector_product(s, x, ["a", "b"])
+    with pytest.raises(TypeError, match="source must be a float Tensor"):
+        tape.hessian(s, jt.constant([1, 2]))
     np.testing.assert_allclose(tape.hessian(s, x).numpy(), 2 * np.eye(2))
+    np.testing.assert_allclose(tape.hessian_vector_product(s, x, [1.0, -1.0]).numpy(), [2.0, -2.0])
 
 
 def test_jacobian_chunks_give_the_same_result(monkeypatch):
