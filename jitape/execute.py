@@ -133,11 +133,12 @@ def source_hessian(tape, target, source, directions=None):
         # only the seeded rows need values: tangent_sweep writes every row it reads
         tangent = _workspace.take("tangent", program.adjoint_size * k, program.dtype).reshape(-1, k)
         for row in rows:
+            seeds = tangent[row:row + n]
             if directions is None:
-                tangent[row:row + n] = 0
-                tangent[row + start + np.arange(k), np.arange(k)] = 1
+                seeds[:] = 0
+                np.fill_diagonal(seeds[start:start + k], 1)
             else:
-                tangent[row:row + n] = directions[:, start:start + k]
+                seeds[:] = directions[:, start:start + k]
         adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
         adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
         adjoint_tangent[:] = 0
