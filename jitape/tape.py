@@ -32,6 +32,9 @@ def _slot_row(shape, is_float64):
     return (math.prod(shape), rank, is_float64) + shape + _PAD[rank]
 
 
+_SCALAR_ROWS = (_slot_row((), False), _slot_row((), True))   # 0-d values (scalar chains) skip the cache lookup
+
+
 class UnconnectedGradients(enum.Enum):
     """What `gradient` returns for a source the target does not depend on."""
     NONE = "none"
@@ -165,9 +168,11 @@ class GradientTape:
 
     def _new_slot(self, t):
         v = t._value
+        shape = v.shape
+        is_float64 = v.dtype.itemsize == 8
         slot = len(self._values)
         self._values.append(v)
-        self._slot_rows.extend(_slot_row(v.shape, v.dtype.itemsize == 8))
+        self._slot_rows.extend(_SCALAR_ROWS[is_float64] if shape == () else _slot_row(shape, is_float64))
         self._slot_of[t._id] = slot
         return slot
 
