@@ -40,18 +40,39 @@ def _arena(size, dtype):
     return _workspace.take("arena", size, dtype)
 
 
+def _zeroed_adjoint(program, K):
+    adjoint = _workspace.take("adjoint", program.adjoint_size * K, program.dtype).reshape(program.adjoint_size, K)
+    adjoint.fill(0)
+    return adjoint
+
+
+def _sweep(program, adjoint):
+    reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint)
+    return adjoint
+
+
 def reverse(program, seeds):
     """Adjoint buffer [adjoint_size, K] after one sweep; seeds[i] is target i's [size, K] cotangent block."""
     K = next((s.shape[1] for s in seeds if s is not None), 1)
-    adjoint = _workspace.take("adjoint", program.adjoint_size * K, program.dtype).reshape(program.adjoint_size, K)
-    adjoint[:] = 0
+    adjoint = _zeroed_adjoint(program, K)
     for slot, seed in zip(program.targets, seeds):
         if slot >= 0 and seed is not None:
             row = program.adjoint_rows[slot]
             if row >= 0:
                 adjoint[row:row + seed.shape[0]] += seed
-    reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint)
-    return adjoint
+    return _sweep(program, adjoint)
+
+
+def _identity_sweep(program, batch, features, start, k):
+    """Adjoint buffer [adjoint_size, k] after one sweep seeded with columns start..start+k of the identity
+    over the target's features, shared by its `batch` rows: column c of row b's feature start + c is 1."""
+    adjoint = _zeroed_adjoint(program, k)
+    row = program.adjoint_rows[program.targets[0]] if program.targets[0] >= 0 else -1
+    if row >= 0:
+        # in row b's [features, k] block, entry (start + c, c) sits at flat offset start*k + c*(k+1)
+        block = adjoint[row:row + batch * features].reshape(batch, features * k)
+        block[:, start * k:(start + k) * k:k + 1] = 1
+    return _sweep(program, adjoint)
 
 
 def source_blocks(program, adjoint):
@@ -99,9 +120,7 @@ def source_jacobians(tape, target, sources):
     jacobians = [None] * len(sources)
     for start in range(0, n, chunk):
         k = min(chunk, n - start)
-        seed = np.zeros((n, k), program.dtype)
-        seed[start + np.arange(k), np.arange(k)] = 1
-        adjoint = reverse(program, [seed])
+        adjoint = _identity_sweep(program, 1, n, start, k)
         for i, block in enumerate(source_blocks(program, adjoint)):
             if block is not None:
                 if jacobians[i] is None:
@@ -172,9 +191,7 @@ def source_batch_jacobian(tape, target, source):
     result = None
     for start in range(0, features, chunk):
         k = min(chunk, features - start)
-        seed = np.zeros((batch, features, k), program.dtype)
-        seed[:, start + np.arange(k), np.arange(k)] = 1
-        (block,) = source_blocks(program, reverse(program, [seed.reshape(-1, k)]))
+        (block,) = source_blocks(program, _identity_sweep(program, batch, features, start, k))
         if block is None:
             return None
         if result is None:

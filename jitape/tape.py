@@ -6,6 +6,8 @@ need, and as flat integer rows plus the recorded values, which lower to a
 Program without any Python per op (see program.py).
 """
 import enum
+import functools
+import math
 import threading
 import warnings
 from array import array
@@ -19,7 +21,18 @@ from . import nest
 from .tensor import Tensor, Variable, VariableRead
 
 _PAD = tuple((1,) * (oc.MAXRANK - r) for r in range(oc.MAXRANK + 1))
-_SCALAR_ROW = ((1, 0, False) + _PAD[0], (1, 0, True) + _PAD[0])   # slot row of a 0-d float32 / float64 value
+
+
+@functools.lru_cache(maxsize=1024)
+def _slot_row(shape, is_float64):
+    """The recorded slot row of a value: size, rank, is_float64, dims padded with ones."""
+    rank = len(shape)
+    if rank > oc.MAXRANK:
+        raise ValueError(f"jitape records tensors of rank at most {oc.MAXRANK}, got shape {shape}")
+    return (math.prod(shape), rank, is_float64) + shape + _PAD[rank]
+
+
+_SCALAR_ROWS = (_slot_row((), False), _slot_row((), True))   # 0-d values (scalar chains) skip the cache lookup
 
 
 class UnconnectedGradients(enum.Enum):
@@ -151,14 +164,15 @@ class GradientTape:
                 return slot
             # a variable read again after an assignment: a new slot; the old one stays its alias
             self._aliases.setdefault(t._id, []).append(slot)
+        return self._new_slot(t)
+
+    def _new_slot(self, t):
         v = t._value
         shape = v.shape
-        rank = len(shape)
-        if rank > oc.MAXRANK:
-            raise ValueError(f"jitape records tensors of rank at most {oc.MAXRANK}, got shape {shape}")
+        is_float64 = v.dtype.itemsize == 8
         slot = len(self._values)
         self._values.append(v)
-        self._slot_rows.extend((v.size, rank, v.dtype.itemsize == 8) + shape + _PAD[rank])
+        self._slot_rows.extend(_SCALAR_ROWS[is_float64] if shape == () else _slot_row(shape, is_float64))
         self._slot_of[t._id] = slot
         return slot
 
@@ -173,29 +187,21 @@ class GradientTape:
         return start
 
     def _record(self, prim, inputs, out, params, opcode, iblock, fblock):
-        # the hot path of eager recording: slot lookups and 0-d output slots inlined
+        # the hot path of eager recording: known slots looked up inline, outputs always get a new slot
         if not self._connected(inputs):
             return
         get = self._slot_of.get
-        row = [opcode, 0, -1, -1, -1, -1]
+        ins = [-1, -1, -1]
         reads_variable = False
-        for i, t in enumerate(inputs, 2):
-            slot = get(t._id)
-            if slot is None or t._is_variable:
-                reads_variable = reads_variable or t._is_variable
-                slot = self._slot(t)
-            row[i] = slot
-        v = out._value
-        if v.shape == ():
-            row[1] = slot = len(self._values)
-            self._values.append(v)
-            self._slot_rows.extend(_SCALAR_ROW[v.dtype.itemsize == 8])
-            self._slot_of[out._id] = slot
-        else:
-            row[1] = self._slot(out)
-        if iblock or fblock:
-            row[5] = self._attr(iblock, fblock)
-        self._rows.extend(row)
+        for i, t in enumerate(inputs):
+            if t._is_variable:
+                reads_variable = True
+                ins[i] = self._slot(t)
+            else:
+                slot = get(t._id)
+                ins[i] = self._new_slot(t) if slot is None else slot
+        attr = self._attr(iblock, fblock) if iblock or fblock else -1
+        self._rows.extend((opcode, self._new_slot(out), ins[0], ins[1], ins[2], attr))
         self._records.append((prim, _snapshots(inputs) if reads_variable else inputs, out, params))
         self._tracked.add(out._id)
 

@@ -163,7 +163,9 @@ def _binary(name, opcode, forward, vjp):
     prim = Primitive(name, opcode, forward, _binary_shape, vjp)
 
     def op(x, y, name=None):
-        x, y = _broadcast_pair(*promote(x, y), prim.name)
+        x, y = promote(x, y)
+        if x._value.shape != y._value.shape:
+            x, y = _broadcast_pair(x, y, prim.name)
         return emit(prim, (x, y), forward(x._value, y._value))
 
     op.__name__ = name
@@ -173,11 +175,8 @@ def _binary(name, opcode, forward, vjp):
 
 
 def _broadcast_pair(x, y, what):
-    if x._value.shape != y._value.shape:
-        shape = broadcast_shapes(x.shape, y.shape, what)
-        x = _shape.broadcast_to(x, shape)
-        y = _shape.broadcast_to(y, shape)
-    return x, y
+    shape = broadcast_shapes(x.shape, y.shape, what)
+    return _shape.broadcast_to(x, shape), _shape.broadcast_to(y, shape)
 
 
 add = _binary("add", oc.ADD, np.add, lambda g, out, ins, p, w: (g, g))

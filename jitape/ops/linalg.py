@@ -11,14 +11,14 @@ from ..tensor import Tensor
 from . import elementwise as _ew
 from . import reduction as _red
 from . import shape as _shape
-from .core import Primitive, as_tensor, composite, emit, float_tensor, promote
+from .core import Primitive, as_tensor, broadcast_shapes, composite, emit, float_tensor, promote
 
 
 # -- matmul ----------------------------------------------------------------------------------
 def _matmul_np(a, b, batch_a, batch_b, m, k, n, out_shape):
     if batch_a == 1 and batch_b == 1:
-        return np.dot(np.reshape(a, (m, k)), np.reshape(b, (k, n))).reshape(out_shape)[()]
-    return np.matmul(np.reshape(a, (batch_a, m, k)), np.reshape(b, (batch_b, k, n))).reshape(out_shape)[()]
+        return np.dot(a.reshape(m, k), b.reshape(k, n)).reshape(out_shape)[()]
+    return np.matmul(a.reshape(batch_a, m, k), b.reshape(batch_b, k, n)).reshape(out_shape)[()]
 
 
 def _matmul_shape(sa, sb, batch_a, batch_b, m, k, n, out_shape):
@@ -70,7 +70,7 @@ def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
     if sa[-1] != sb[-2]:
         raise ValueError(f"matmul: inner dimensions differ: shapes {a.shape} and {b.shape}")
     try:
-        batch_shape = np.broadcast_shapes(sa[:-2], sb[:-2])
+        batch_shape = broadcast_shapes(sa[:-2], sb[:-2], "matmul") if len(sa) > 2 or len(sb) > 2 else ()
     except ValueError:
         raise ValueError(f"matmul: batch dimensions of shapes {a.shape} and {b.shape} do not broadcast") from None
     m, k, n = sa[-2], sa[-1], sb[-1]

@@ -41,10 +41,47 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w):
             if K == 1:
                 GXm = GX.reshape(m, k)
                 GXm += np.dot(G.reshape(m, n), Wm.T)
+            elif n <= STACKED_INNER_MAX:
+                _rows_times_stacked(Wm, G, GX, m, k, n)
             else:
-                # dX[i] (k, K) += W (k, n) @ G[i] (n, K) for every row i
-                for i in range(m):
-                    GX[i * k:(i + 1) * k] += np.dot(Wm, G[i * n:(i + 1) * n])
+                _rows_times(Wm, G, GX, m, k, n)
+
+
+# Below this inner dimension a (k, n) @ (n, K) product per row is mostly BLAS call overhead
+# (W5b's 64x16 layer: 275 us per row, 207 us stacked); above it the stacked copies cost more.
+STACKED_INNER_MAX = 16
+
+
+@njit(cache=True)
+def _rows_times(Wm, G, GX, m, k, n):
+    """dX[i] (k, K) += W (k, n) @ G[i] (n, K) for every row i, one BLAS call each."""
+    T = np.empty((k, G.shape[1]), G.dtype)
+    for i in range(m):
+        np.dot(Wm, G[i * n:(i + 1) * n], T)
+        GX[i * k:(i + 1) * k] += T
+
+
+@njit(cache=True)
+def _rows_times_stacked(Wm, G, GX, m, k, n):
+    """As _rows_times in one BLAS call: the rows' G blocks side by side as (n, m*K), W @ that, added back."""
+    K = G.shape[1]
+    g = G.reshape(G.size)
+    gx = GX.reshape(GX.size)
+    stacked = np.empty((n, m * K), G.dtype)
+    s = stacked.reshape(stacked.size)
+    for i in range(m):
+        for q in range(n):
+            src = (i * n + q) * K
+            dst = q * m * K + i * K
+            for c in range(K):
+                s[dst + c] = g[src + c]
+    t = np.dot(Wm, stacked).reshape(k * m * K)
+    for i in range(m):
+        for p in range(k):
+            dst = (i * k + p) * K
+            src = (p * m + i) * K
+            for c in range(K):
+                gx[dst + c] += t[src + c]
 
 
 @njit(cache=True)
