@@ -41,8 +41,6 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w):
             if K == 1:
                 GXm = GX.reshape(m, k)
                 GXm += np.dot(G.reshape(m, n), Wm.T)
-            elif n <= STACKED_INNER_MAX:
-                _rows_times_stacked(Wm, G, GX, m, k, n)
             else:
                 _rows_times(Wm, G, GX, m, k, n)
 
@@ -54,7 +52,16 @@ STACKED_INNER_MAX = 16
 
 @njit(cache=True)
 def _rows_times(Wm, G, GX, m, k, n):
-    """dX[i] (k, K) += W (k, n) @ G[i] (n, K) for every row i, one BLAS call each."""
+    """GX[i] (k, K) += W (k, n) @ G[i] (n, K) for every row i (the K-column products of matmul's rows)."""
+    if n <= STACKED_INNER_MAX:
+        _rows_times_stacked(Wm, G, GX, m, k, n)
+    else:
+        _rows_times_each(Wm, G, GX, m, k, n)
+
+
+@njit(cache=True)
+def _rows_times_each(Wm, G, GX, m, k, n):
+    """As _rows_times, one BLAS call per row."""
     T = np.empty((k, G.shape[1]), G.dtype)
     for i in range(m):
         np.dot(Wm, G[i * n:(i + 1) * n], T)
@@ -103,10 +110,7 @@ def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w):
             Tm += np.dot(X, t_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K))
         if has_x:
             # C'[i] (n, K) += W^T (n, k) @ X'[i] (k, K) for every row i
-            Wt = np.ascontiguousarray(Wm.T)
-            TX = t_x[bx * m * k:(bx + 1) * m * k]
-            for i in range(m):
-                T[i * n:(i + 1) * n] += np.dot(Wt, TX[i * k:(i + 1) * k])
+            _rows_times(np.ascontiguousarray(Wm.T), t_x[bx * m * k:(bx + 1) * m * k], T, m, n, k)
 
 
 @njit(cache=True)
