@@ -63,16 +63,40 @@ def reverse(program, seeds):
     return _sweep(program, adjoint)
 
 
+def _seed_identity(block, batch, features, start, k):
+    """Set columns start..start+k of the identity over `features`, shared by `batch` rows, into a zeroed
+    [batch * features, k] block: column c of row b's feature start + c is 1."""
+    # in row b's [features, k] block, entry (start + c, c) sits at flat offset start*k + c*(k+1)
+    block.reshape(batch, features * k)[:, start * k:(start + k) * k:k + 1] = 1
+
+
 def _identity_sweep(program, batch, features, start, k):
-    """Adjoint buffer [adjoint_size, k] after one sweep seeded with columns start..start+k of the identity
-    over the target's features, shared by its `batch` rows: column c of row b's feature start + c is 1."""
+    """Adjoint buffer [adjoint_size, k] after one reverse sweep seeded with _seed_identity on the target."""
     adjoint = _zeroed_adjoint(program, k)
     row = program.adjoint_rows[program.targets[0]] if program.targets[0] >= 0 else -1
     if row >= 0:
-        # in row b's [features, k] block, entry (start + c, c) sits at flat offset start*k + c*(k+1)
-        block = adjoint[row:row + batch * features].reshape(batch, features * k)
-        block[:, start * k:(start + k) * k:k + 1] = 1
+        _seed_identity(adjoint[row:row + batch * features], batch, features, start, k)
     return _sweep(program, adjoint)
+
+
+def _source_rows(program, i):
+    """Adjoint rows of source i and of its earlier values (aliases), where active toward the target."""
+    slots = (program.sources[i], *program.source_aliases[i].tolist())
+    return [program.adjoint_rows[s] for s in slots if s >= 0 and program.adjoint_rows[s] >= 0]
+
+
+def _tangents(program, k, seeds, seed_row=-1, seed_start=0, target=-1):
+    """Tangent buffer [adjoint_size, k] after one tangent sweep; seeds(tangent) writes the source rows."""
+    tangent = _workspace.take("tangent", program.adjoint_size * k, program.dtype).reshape(-1, k)
+    seeds(tangent)
+    tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
+                  seed_row, seed_start, target)
+    return tangent
+
+
+def _target_row(program):
+    t = program.targets[0]
+    return program.adjoint_rows[t] if t >= 0 else -1
 
 
 def source_blocks(program, adjoint):
@@ -108,14 +132,23 @@ def _columns_per_sweep(program, n, buffers=1):
     return int(max(1, min(n, config.jacobian_memory_bytes // max(per_column, 1))))
 
 
-def source_jacobians(tape, target, sources):
-    """tape.jacobian's compiled path: [target.size, source.size] per source (None if inactive).
+def source_jacobians(tape, target, sources, mode=None):
+    """tape.jacobian's compiled path: [target.size, source.size] per source (None if not connected).
 
-    One sweep carries K seed columns at once; K is the whole target unless the
-    adjoint buffer would pass jt.config.jacobian_memory_bytes, then it is chunked.
+    One sweep carries K columns at once: reverse mode with K = target.size, or
+    forward mode (a tangent sweep) with K = the connected sources' total size
+    when that is smaller (mode None; "forward" or "reverse" to choose). K is
+    chunked only to stay under jt.config.jacobian_memory_bytes.
     """
     program = lower(tape, [target], sources, _arena)
     n = target.size
+    rows = [_source_rows(program, i) for i in range(len(sources))]
+    columns = sum(s.size for s, r in zip(sources, rows) if r)
+    target_row = _target_row(program)
+    if target_row < 0 or not columns:
+        return [None] * len(sources)
+    if mode == "forward" or (mode is None and columns < n):
+        return _forward_jacobians(program, target_row, n, sources, rows, columns)
     chunk = _columns_per_sweep(program, n)
     jacobians = [None] * len(sources)
     for start in range(0, n, chunk):
@@ -129,18 +162,45 @@ def source_jacobians(tape, target, sources):
     return jacobians
 
 
+def _forward_jacobians(program, target_row, n, sources, rows, columns):
+    """Forward mode: the connected sources' entries, stacked, are the tangent columns; the target's
+    tangent rows are then the Jacobian's columns, [n, k] per sweep."""
+    offsets = np.cumsum([0] + [s.size if r else 0 for s, r in zip(sources, rows)])
+    chunk = _columns_per_sweep(program, columns)
+    jacobians = [np.empty((n, s.size), s.dtype) if r else None for s, r in zip(sources, rows)]
+    single = len([r for r in rows if r]) == 1 and sum(len(r) for r in rows) == 1
+    for start in range(0, columns, chunk):
+        k = min(chunk, columns - start)
+        # source i's entry p is column offsets[i] + p - start of this sweep when that lies in [0, k)
+        spans = [(max(0, start - o), max(0, o - start), min(start + k, o + s.size) - max(start, o))
+                 for s, o in zip(sources, offsets)]
+
+        def seeds(tangent):
+            for i, (p, c, count) in enumerate(spans):
+                for row in rows[i]:
+                    block = tangent[row:row + sources[i].size]
+                    block[:] = 0
+                    if count > 0:
+                        np.fill_diagonal(block[p:p + count, c:c + count], 1)
+
+        seed_row = next(r[0] for r in rows if r) if single else -1
+        tangent = _tangents(program, k, seeds, seed_row, start, program.targets[0])
+        for i, (p, c, count) in enumerate(spans):
+            if rows[i] and count > 0:
+                jacobians[i][:, p:p + count] = tangent[target_row:target_row + n, c:c + count]
+    return jacobians
+
+
 def source_hessian(tape, target, source, directions=None):
     """tape.hessian's compiled path, forward over reverse: [source.size, K], the Hessian times each
     column of `directions` (the identity when None), or None when the target does not depend on the source.
 
     One reverse sweep gives every cotangent; then per chunk of directions one
-    tangent sweep and one second-order sweep (see jitape_kernels.cpu.hessian).
+    tangent sweep and one second-order sweep (see jitape_kernels.cpu.tangents).
     """
     program = lower(tape, [target], [source], _arena)
-    rows = [program.adjoint_rows[s] for s in (program.sources[0], *program.source_aliases[0].tolist())
-            if s >= 0 and program.adjoint_rows[s] >= 0]
-    t = program.targets[0]
-    if not rows or t < 0 or program.adjoint_rows[t] < 0:
+    rows = _source_rows(program, 0)
+    if not rows or _target_row(program) < 0:
         return None
     n = source.size
     adjoint = reverse(program, [np.ones((1, 1), program.dtype)])
@@ -149,21 +209,21 @@ def source_hessian(tape, target, source, directions=None):
     result = np.empty((n, total), program.dtype)
     for start in range(0, total, chunk):
         k = min(chunk, total - start)
-        # only the seeded rows need values: tangent_sweep writes every row it reads
-        tangent = _workspace.take("tangent", program.adjoint_size * k, program.dtype).reshape(-1, k)
-        for row in rows:
-            seeds = tangent[row:row + n]
-            if directions is None:
-                seeds[:] = 0
-                np.fill_diagonal(seeds[start:start + k], 1)
-            else:
-                seeds[:] = directions[:, start:start + k]
+
+        def seeds(tangent):
+            for row in rows:
+                block = tangent[row:row + n]
+                if directions is None:
+                    block[:] = 0
+                    np.fill_diagonal(block[start:start + k], 1)
+                else:
+                    block[:] = directions[:, start:start + k]
+
+        seed_row = rows[0] if directions is None and len(rows) == 1 else -1
+        tangent = _tangents(program, k, seeds, seed_row, start)
         adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
         adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
         adjoint_tangent[:] = 0
-        seed_row = rows[0] if directions is None and len(rows) == 1 else -1
-        tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
-                      seed_row, start)
         second_order_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
                            tangent, adjoint_tangent)
         (block,) = source_blocks(program, adjoint_tangent)
@@ -182,21 +242,33 @@ def check_rows(program, batch, method):
 
 
 def source_batch_jacobian(tape, target, source):
-    """tape.batch_jacobian's compiled path: [B, F, S] with one seed column per target feature, shared by rows."""
+    """tape.batch_jacobian's compiled path: [B, F, S], seeds shared by the batch rows: one reverse sweep
+    with K = F target features, or one tangent sweep with K = S source features when S < F."""
     program = lower(tape, [target], [source], _arena)
     batch = target.shape[0]
     check_rows(program, batch, "batch_jacobian")
-    features = target.size // batch
-    chunk = _columns_per_sweep(program, features)
-    result = None
-    for start in range(0, features, chunk):
-        k = min(chunk, features - start)
-        (block,) = source_blocks(program, _identity_sweep(program, batch, features, start, k))
-        if block is None:
-            return None
-        if result is None:
-            result = np.empty((batch, features, source.size // batch), source.dtype)
-        result[:, start:start + k] = block.reshape(batch, -1, k).transpose(0, 2, 1)
+    features, per_row = target.size // batch, source.size // batch
+    rows, target_row = _source_rows(program, 0), _target_row(program)
+    if not rows or target_row < 0:
+        return None
+    result = np.empty((batch, features, per_row), source.dtype)
+    forward = per_row < features
+    total = per_row if forward else features
+    chunk = _columns_per_sweep(program, total)
+    for start in range(0, total, chunk):
+        k = min(chunk, total - start)
+        if forward:
+            def seeds(tangent):
+                for row in rows:
+                    block = tangent[row:row + source.size]
+                    block[:] = 0
+                    _seed_identity(block, batch, per_row, start, k)
+
+            tangent = _tangents(program, k, seeds, target=program.targets[0])
+            result[:, :, start:start + k] = tangent[target_row:target_row + target.size].reshape(batch, features, k)
+        else:
+            (block,) = source_blocks(program, _identity_sweep(program, batch, features, start, k))
+            result[:, start:start + k] = block.reshape(batch, -1, k).transpose(0, 2, 1)
     return result
 
 

@@ -3,7 +3,7 @@ import numpy as np
 
 from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep
-from .hessian import second_order_sweep, tangent_sweep
+from .tangents import second_order_sweep, tangent_sweep
 from .interpreter import forward_sweep, plan, reverse_sweep
 from .optimizers import adam_step, sgd_momentum_step
 
@@ -45,7 +45,7 @@ def warmup_steps():
             np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
             np.zeros((0, 1), d), np.zeros((0, 1), d))))
         steps.append((f"tangent_sweep[{name}]",
-                      lambda d=dtype: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), -1, 0)))
+                      lambda d=dtype: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), -1, 0, -1)))
         steps.append((f"second_order_sweep[{name}]", lambda d=dtype: second_order_sweep(
             *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d))))
         steps.append((f"optimizers[{name}]", lambda d=dtype: _optimizer_steps(d)))

@@ -16,6 +16,7 @@ from hypothesis.extra import numpy as hnp
 import jitape as jt
 from jitape.ops import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from jitape_kernels import opcodes as oc
+from jitape.execute import source_jacobians
 from jitape_kernels.cpu import forward_sweep
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=4, min_side=1, max_side=3)
@@ -447,20 +448,25 @@ def test_op_higher_order(name, order):
     run()
 
 
-def _packed_scalar(case, args, where, shapes, z, ct):
-    """<f(inputs), ct> with every float input a reshaped window of the one vector z."""
+def _packed(case, args, where, shapes, z):
+    """f(inputs) with every float input a reshaped window of the one vector z."""
     parts, start = [], 0
     for shape in shapes:
         size = int(np.prod(shape))
         parts.append(jt.reshape(z[start:start + size], shape))
         start += size
-    return jt.reduce_sum(case.fn(*_substitute(args, where, parts)) * ct)
+    return case.fn(*_substitute(args, where, parts))
+
+
+def _packed_scalar(case, args, where, shapes, z, ct):
+    return jt.reduce_sum(_packed(case, args, where, shapes, z) * ct)
 
 
 @pytest.mark.parametrize("name", OPS)
-def test_op_hessian(name):
-    """Compiled forward-over-reverse Hessian == recorded VJPs differentiated again == central differences
-    of the gradient, with all inputs packed into one source (so cross terms are covered)."""
+def test_op_forward_mode_and_hessian(name):
+    """Forward-mode Jacobian == reverse-mode Jacobian; compiled forward-over-reverse Hessian == recorded
+    VJPs differentiated again == central differences of the gradient. All inputs are packed into one
+    source, so cross terms are covered."""
     case = CASES[name]
 
     @settings(max_examples=4, deadline=None, derandomize=True,
@@ -477,7 +483,11 @@ def test_op_hessian(name):
         z = jt.constant(z0)
         with jt.GradientTape(persistent=True) as tape:
             tape.watch(z)
-            s = _packed_scalar(case, args, where, shapes, z, ct)
+            y = _packed(case, args, where, shapes, z)
+            s = jt.reduce_sum(y * ct)
+        # every op's tangent kernel: forward-mode Jacobian == reverse-mode Jacobian
+        (forward,), (reverse,) = (source_jacobians(tape, y, [z], mode) for mode in ("forward", "reverse"))
+        np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-12, err_msg=f"{name}: forward vs reverse")
         compiled = tape.hessian(s, z)
         hv = tape.hessian_vector_product(s, z, v)
         with jt.GradientTape():           # a recording tape selects the recorded path

@@ -1,4 +1,5 @@
-"""Forward-over-reverse second derivatives: the tangent sweep and the second-order reverse sweep.
+"""Forward mode: the tangent sweep (forward-mode Jacobians, the directions of Hessians) and the
+second-order reverse sweep of forward-over-reverse Hessians.
 
 An instruction y = f(x_1..x_m) has the reverse rule dx_i += J_i^T dy. Along a
 direction (tangents x' of the forward values) that rule's tangent is
@@ -49,12 +50,14 @@ def _reads_tangents(op, code, r, slots):
 
 
 @njit(cache=True)
-def _tangents_needed(code, slots):
-    """Per slot: whether second_order_sweep reads its tangent, directly or through a later tangent."""
+def _tangents_needed(code, slots, target):
+    """Per slot: whether its tangent is needed, by the target (target >= 0: a forward-mode Jacobian)
+    or by the second-order kernels (target -1), directly or through a later tangent."""
     needed = np.zeros(slots.shape[0], np.bool_)
+    if target >= 0:
+        needed[target] = True
     for r in range(code.shape[0] - 1, -1, -1):
-        op = code[r, oc.OP]
-        t0, t1, t_out = _reads_tangents(op, code, r, slots)
+        t0, t1, t_out = _reads_tangents(code[r, oc.OP], code, r, slots) if target < 0 else (False, False, False)
         if t_out or needed[code[r, oc.OUT]]:
             needed[code[r, oc.OUT]] = True
             for c in range(oc.IN0, oc.IN2 + 1):
@@ -68,17 +71,22 @@ def _tangents_needed(code, slots):
 
 
 @njit(cache=True)
-def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_start):
-    """Fill the K tangent columns y' = sum_i J_i x_i' of every output whose tangent the second-order
-    sweep needs, in program order; other rows are left as they are (never read).
+def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_start, target):
+    """Fill the K tangent columns y' = sum_i J_i x_i' of the outputs whose tangents are needed, in
+    program order: toward `target` (a slot: forward-mode Jacobians) or, with target -1, those the
+    second-order sweep reads. Other rows are left as they are (never read).
 
     `tangent` [adjoint_size, K] holds the seeded source rows (the only active
     slots no instruction writes). seed_row >= 0 says the rows from seed_row hold
-    the identity's columns seed_start.. (a Hessian's directions): a matmul with
-    that operand copies instead of multiplying by the identity. -1 for other directions.
+    the identity's columns seed_start.. : a matmul with that operand copies
+    instead of multiplying by the identity. -1 for other seeds.
     """
     empty = tangent[0:0]
-    needed = _tangents_needed(code, slots)
+    needed = _tangents_needed(code, slots, target)
+    for r in range(code.shape[0]):
+        # zeroed before any instruction runs: concat's PLACE rows share one output
+        if needed[code[r, oc.OUT]]:
+            tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + slots[code[r, oc.OUT], oc.SIZE]] = 0
     for r in range(code.shape[0]):
         if not needed[code[r, oc.OUT]]:
             continue
@@ -88,7 +96,6 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
         o = code[r, oc.OUT_OFF]
         y = arena[o:o + size]
         t_out = tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + size]
-        t_out[:] = 0
         i0 = code[r, oc.IN0_OFF]
         n0 = slots[code[r, oc.IN0], oc.SIZE]
         x = arena[i0:i0 + n0]
