@@ -63,11 +63,12 @@ def reverse(program, seeds):
     return _sweep(program, adjoint)
 
 
-def _seed_identity(block, batch, features, start, k):
-    """Set columns start..start+k of the identity over `features`, shared by `batch` rows, into a zeroed
-    [batch * features, k] block: column c of row b's feature start + c is 1."""
-    # in row b's [features, k] block, entry (start + c, c) sits at flat offset start*k + c*(k+1)
-    block.reshape(batch, features * k)[:, start * k:(start + k) * k:k + 1] = 1
+def _seed_identity(block, batch, features, row, column, count):
+    """In each of `batch` [features, k] parts of a zeroed [batch * features, k] block, set the
+    identity's entries (row + i, column + i) for i < count."""
+    k = block.shape[1]
+    first = row * k + column
+    block.reshape(batch, features * k)[:, first:first + (count - 1) * (k + 1) + 1:k + 1] = 1
 
 
 def _identity_sweep(program, batch, features, start, k):
@@ -75,7 +76,7 @@ def _identity_sweep(program, batch, features, start, k):
     adjoint = _zeroed_adjoint(program, k)
     row = program.adjoint_rows[program.targets[0]] if program.targets[0] >= 0 else -1
     if row >= 0:
-        _seed_identity(adjoint[row:row + batch * features], batch, features, start, k)
+        _seed_identity(adjoint[row:row + batch * features], batch, features, start, 0, k)
     return _sweep(program, adjoint)
 
 
@@ -85,10 +86,12 @@ def _source_rows(program, i):
     return [program.adjoint_rows[s] for s in slots if s >= 0 and program.adjoint_rows[s] >= 0]
 
 
-def _tangents(program, k, seeds, seed_row=-1, seed_start=0, target=-1):
-    """Tangent buffer [adjoint_size, k] after one tangent sweep; seeds(tangent) writes the source rows."""
-    tangent = _workspace.take("tangent", program.adjoint_size * k, program.dtype).reshape(-1, k)
-    seeds(tangent)
+def _tangent_buffer(program, k):
+    """The [adjoint_size, k] tangent buffer; only the source rows need seeding (see tangent_sweep)."""
+    return _workspace.take("tangent", program.adjoint_size * k, program.dtype).reshape(-1, k)
+
+
+def _tangent_sweep(program, tangent, seed_row=-1, seed_start=0, target=-1):
     tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
                   seed_row, seed_start, target)
     return tangent
@@ -165,29 +168,30 @@ def source_jacobians(tape, target, sources, mode=None):
 def _forward_jacobians(program, target_row, n, sources, rows, columns):
     """Forward mode: the connected sources' entries, stacked, are the tangent columns; the target's
     tangent rows are then the Jacobian's columns, [n, k] per sweep."""
-    offsets = np.cumsum([0] + [s.size if r else 0 for s, r in zip(sources, rows)])
     chunk = _columns_per_sweep(program, columns)
     jacobians = [np.empty((n, s.size), s.dtype) if r else None for s, r in zip(sources, rows)]
-    single = len([r for r in rows if r]) == 1 and sum(len(r) for r in rows) == 1
+    seeded = [r for r in rows if r]
+    seed_row = seeded[0][0] if len(seeded) == 1 and len(seeded[0]) == 1 else -1
     for start in range(0, columns, chunk):
         k = min(chunk, columns - start)
-        # source i's entry p is column offsets[i] + p - start of this sweep when that lies in [0, k)
-        spans = [(max(0, start - o), max(0, o - start), min(start + k, o + s.size) - max(start, o))
-                 for s, o in zip(sources, offsets)]
-
-        def seeds(tangent):
-            for i, (p, c, count) in enumerate(spans):
-                for row in rows[i]:
-                    block = tangent[row:row + sources[i].size]
-                    block[:] = 0
-                    if count > 0:
-                        np.fill_diagonal(block[p:p + count, c:c + count], 1)
-
-        seed_row = next(r[0] for r in rows if r) if single else -1
-        tangent = _tangents(program, k, seeds, seed_row, start, program.targets[0])
-        for i, (p, c, count) in enumerate(spans):
-            if rows[i] and count > 0:
-                jacobians[i][:, p:p + count] = tangent[target_row:target_row + n, c:c + count]
+        tangent = _tangent_buffer(program, k)
+        spans = []
+        offset = 0
+        for s, source_rows in zip(sources, rows):
+            # source entry p is column offset + p - start of this sweep when that lies in [0, k)
+            p, c = max(0, start - offset), max(0, offset - start)
+            count = min(start + k, offset + s.size) - max(start, offset) if source_rows else 0
+            for row in source_rows:
+                block = tangent[row:row + s.size]
+                block[:] = 0
+                if count > 0:
+                    _seed_identity(block, 1, s.size, p, c, count)
+            spans.append((p, c, count))
+            offset += s.size if source_rows else 0
+        _tangent_sweep(program, tangent, seed_row, start, program.targets[0])
+        for jacobian, (p, c, count) in zip(jacobians, spans):
+            if count > 0:
+                jacobian[:, p:p + count] = tangent[target_row:target_row + n, c:c + count]
     return jacobians
 
 
@@ -210,17 +214,15 @@ def source_hessian(tape, target, source, directions=None):
     for start in range(0, total, chunk):
         k = min(chunk, total - start)
 
-        def seeds(tangent):
-            for row in rows:
-                block = tangent[row:row + n]
-                if directions is None:
-                    block[:] = 0
-                    np.fill_diagonal(block[start:start + k], 1)
-                else:
-                    block[:] = directions[:, start:start + k]
-
-        seed_row = rows[0] if directions is None and len(rows) == 1 else -1
-        tangent = _tangents(program, k, seeds, seed_row, start)
+        tangent = _tangent_buffer(program, k)
+        for row in rows:
+            block = tangent[row:row + n]
+            if directions is None:
+                block[:] = 0
+                _seed_identity(block, 1, n, start, 0, k)
+            else:
+                block[:] = directions[:, start:start + k]
+        _tangent_sweep(program, tangent, rows[0] if directions is None and len(rows) == 1 else -1, start)
         adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
         adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
         adjoint_tangent[:] = 0
@@ -258,13 +260,12 @@ def source_batch_jacobian(tape, target, source):
     for start in range(0, total, chunk):
         k = min(chunk, total - start)
         if forward:
-            def seeds(tangent):
-                for row in rows:
-                    block = tangent[row:row + source.size]
-                    block[:] = 0
-                    _seed_identity(block, batch, per_row, start, k)
-
-            tangent = _tangents(program, k, seeds, target=program.targets[0])
+            tangent = _tangent_buffer(program, k)
+            for row in rows:
+                block = tangent[row:row + source.size]
+                block[:] = 0
+                _seed_identity(block, batch, per_row, start, 0, k)
+            _tangent_sweep(program, tangent, target=program.targets[0])
             result[:, :, start:start + k] = tangent[target_row:target_row + target.size].reshape(batch, features, k)
         else:
             (block,) = source_blocks(program, _identity_sweep(program, batch, features, start, k))

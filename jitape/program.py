@@ -69,13 +69,14 @@ def lower(tape, targets, sources, allocate=np.empty):
     `allocate(size, dtype)` provides the arena (a reused workspace for internal sweeps).
     """
     target_slots = np.array([_slot_if_tracked(tape, t) for t in targets], np.int64)
-    source_slots = np.array([_slot_if_tracked(tape, s) for s in sources], np.int64)
-    aliases = tuple(np.array(tape._aliases.get(s._id, ()), np.int64) for s in sources)
-    active_sources = np.concatenate((source_slots[source_slots >= 0],) + aliases)
-    rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6).copy()
-    slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK).copy()
+    source_list = [_slot_if_tracked(tape, s) for s in sources]
+    alias_lists = [tape._aliases.get(s._id, []) for s in sources]
+    aliases = tuple(np.array(a, np.int64) for a in alias_lists)
+    # views, not copies: they die with this call, so the tape's arrays can still grow
+    rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
+    slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
     code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, is_float64 = plan(
-        rows, slot_rows, target_slots[target_slots >= 0], active_sources)
+        rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64))
     dtype = np.float64 if is_float64 else np.float32
     arena = allocate(arena_size, dtype)
     values = tape._values
@@ -88,5 +89,5 @@ def lower(tape, targets, sources, allocate=np.empty):
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
     iattr = np.frombuffer(tape._iattr, np.int64).copy()
     return Program(code, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),
-                   target_slots, source_slots, aliases)
+                   target_slots, np.array(source_list, np.int64), aliases)
 

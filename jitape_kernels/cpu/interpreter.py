@@ -169,6 +169,7 @@ def plan(records, slot_rows, targets, sources):
 
     records   [n, 6] (op, out, in0, in1, in2, attr) as recorded by a tape
     slot_rows [n_slots, 3 + MAXRANK] (size, rank, is_float64, dims...) as recorded
+    targets, sources: slots (-1 entries, for tensors the tape did not record, are skipped)
     Returns (code [m, W], slots [n_slots, S], adjoint_rows [n_slots], scalar_slots,
     array_slots, arena_size, adjoint_size, is_float64). Rows kept are those on a path
     from a source to a target; a slot gets an adjoint row only when it is such a path's.
@@ -177,7 +178,8 @@ def plan(records, slot_rows, targets, sources):
     n_slots = slot_rows.shape[0]
     need = np.zeros(n_slots, np.bool_)
     for t in targets:
-        need[t] = True
+        if t >= 0:
+            need[t] = True
     for r in range(n - 1, -1, -1):
         if need[records[r, 1]]:
             for c in range(2, 5):
@@ -185,7 +187,8 @@ def plan(records, slot_rows, targets, sources):
                     need[records[r, c]] = True
     active = np.zeros(n_slots, np.bool_)
     for s in sources:
-        active[s] = True
+        if s >= 0:
+            active[s] = True
     for r in range(n):
         for c in range(2, 5):
             s = records[r, c]
@@ -203,9 +206,11 @@ def plan(records, slot_rows, targets, sources):
                 if records[r, c] >= 0:
                     used[records[r, c]] = True
     for t in targets:
-        used[t] = True
+        if t >= 0:
+            used[t] = True
     for s in sources:
-        used[s] = True
+        if s >= 0:
+            used[s] = True
     slots = np.zeros((n_slots, oc.S), np.int64)
     slots[:, oc.OFFSET] = -1
     adjoint_rows = np.full(n_slots, -1, np.int64)

@@ -178,11 +178,24 @@ def _scatter_add(m, src, dst):
 
 
 @njit(cache=True)
+def _repeat_add(repeated, single, into_repeated):
+    """Between a flat buffer and its repeats (a leading broadcast): repeated[j*n + e] += single[e]
+    (into_repeated), else single[e] += repeated[j*n + e]; element loops, no views per repeat."""
+    n = single.size
+    for start in range(0, repeated.size, n):
+        if into_repeated:
+            for e in range(n):
+                repeated[start + e] += single[e]
+        else:
+            for e in range(n):
+                single[e] += repeated[start + e]
+
+
+@njit(cache=True)
 def mapped_reverse(op, iattr, a, g_out, g_in):
     block = leading_broadcast_block(op, iattr, a)
     if block:
-        for start in range(0, g_out.shape[0], block):
-            g_in += g_out[start:start + block]
+        _repeat_add(g_out.reshape(g_out.size), g_in.reshape(g_in.size), False)
     elif op == oc.PAD:
         _gather_add(index_map(op, iattr, a), g_out, g_in)
     else:
@@ -194,8 +207,7 @@ def mapped_tangent(op, iattr, a, t_in, t_out):
     """The forward map applied to K tangent columns (these ops are linear)."""
     block = leading_broadcast_block(op, iattr, a)
     if block:
-        for start in range(0, t_out.shape[0], block):
-            t_out[start:start + block] += t_in
+        _repeat_add(t_out.reshape(t_out.size), t_in.reshape(t_in.size), True)
     elif op == oc.PAD:
         _scatter_add(index_map(op, iattr, a), t_in, t_out)
     else:
