@@ -360,26 +360,17 @@ def where_forward(cond, a, b, out):
 
 
 @njit(cache=True)
-def where_reverse(cond, g_out, g_a, g_b, want_a, want_b):
-    K = g_out.shape[1]
+def where_linear(cond, out_rows, a_rows, b_rows, has_a, has_b, transpose):
+    """WHERE's linear map over K columns: out += a or b, entry by entry as cond selects (tangents), or
+    transposed, the selected input += out (cotangents). An input without rows (has_ False) is skipped."""
+    K = out_rows.shape[1]
     for i in range(cond.size):
-        if cond[i] != 0:
-            if want_a:
-                for k in range(K):
-                    g_a[i, k] += g_out[i, k]
-        elif want_b:
-            for k in range(K):
-                g_b[i, k] += g_out[i, k]
-
-
-@njit(cache=True)
-def where_tangent(cond, t_a, t_b, t_out, has_a, has_b):
-    K = t_out.shape[1]
-    for i in range(cond.size):
-        if cond[i] != 0:
-            if has_a:
-                for k in range(K):
-                    t_out[i, k] += t_a[i, k]
-        elif has_b:
-            for k in range(K):
-                t_out[i, k] += t_b[i, k]
+        chosen = cond[i] != 0
+        if not (has_a if chosen else has_b):
+            continue
+        rows = a_rows if chosen else b_rows
+        for k in range(K):
+            if transpose:
+                rows[i, k] += out_rows[i, k]
+            else:
+                out_rows[i, k] += rows[i, k]

@@ -8,11 +8,11 @@ from numba import njit
 
 from .. import opcodes as oc
 from .elementwise import (binary_forward, binary_partials, binary_reverse, binary_reverse_1d, unary_derivative,
-                          unary_forward, unary_reverse, unary_reverse_1d, where_forward, where_reverse)
+                          unary_forward, unary_reverse, unary_reverse_1d, where_forward, where_linear)
 from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward,
                      solve_reverse)
-from .reduction import reduce_forward, reduce_reverse
-from .shape import mapped_forward, mapped_reverse, moved_forward, moved_reverse
+from .reduction import reduce_forward, reduce_linear
+from .shape import mapped_forward, mapped_linear, moved_forward, moved_linear
 
 
 @njit(cache=True, inline="always")
@@ -110,17 +110,17 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
     if op == oc.WHERE:
         j1 = code[r, oc.IN1_ADJ]
         j2 = code[r, oc.IN2_ADJ]
-        where_reverse(x, g_out, adjoint[j1:j1 + size] if j1 >= 0 else empty,
-                      adjoint[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0)
+        where_linear(x, g_out, adjoint[j1:j1 + size] if j1 >= 0 else empty,
+                     adjoint[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, True)
         return
     if j0 < 0:
         return
     if op <= oc.PROD:
-        reduce_reverse(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2])
+        reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], True)
     elif op <= oc.PAD:
-        mapped_reverse(op, iattr, a, g_out, g0)
+        mapped_linear(op, iattr, a, g_out, g0, True)
     elif op <= oc.GATHER:
-        moved_reverse(op, iattr, a, g_out, g0)
+        moved_linear(op, iattr, a, g_out, g0, True)
     else:
         inv_reverse(iattr, a, y, g_out, g0)
 

@@ -62,8 +62,10 @@ def _partials(op, x, y, base, n, inner, d):
 
 
 @njit(cache=True)
-def reduce_reverse(op, x, y, g_out, g_in, outer, n, inner):
-    K = g_out.shape[1]
+def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose):
+    """The reduction's Jacobian over K columns: out += J in (tangents) or, transposed, in += J^T out
+    (cotangents)."""
+    K = out_rows.shape[1]
     d = np.empty(n)
     for o in range(outer):
         for i in range(inner):
@@ -71,22 +73,12 @@ def reduce_reverse(op, x, y, g_out, g_in, outer, n, inner):
             r = o * inner + i
             _partials(op, x, y[r], base, n, inner, d)
             for a in range(n):
+                e = base + a * inner
                 for k in range(K):
-                    g_in[base + a * inner, k] += g_out[r, k] * d[a]
-
-
-@njit(cache=True)
-def reduce_tangent(op, x, y, t_in, t_out, outer, n, inner):
-    K = t_out.shape[1]
-    d = np.empty(n)
-    for o in range(outer):
-        for i in range(inner):
-            base = o * n * inner + i
-            r = o * inner + i
-            _partials(op, x, y[r], base, n, inner, d)
-            for a in range(n):
-                for k in range(K):
-                    t_out[r, k] += d[a] * t_in[base + a * inner, k]
+                    if transpose:
+                        in_rows[e, k] += out_rows[r, k] * d[a]
+                    else:
+                        out_rows[r, k] += d[a] * in_rows[e, k]
 
 
 @njit(cache=True)

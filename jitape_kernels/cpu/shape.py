@@ -192,26 +192,19 @@ def _repeat_add(repeated, single, into_repeated):
 
 
 @njit(cache=True)
-def mapped_reverse(op, iattr, a, g_out, g_in):
-    block = leading_broadcast_block(op, iattr, a)
-    if block:
-        _repeat_add(g_out.reshape(g_out.size), g_in.reshape(g_in.size), False)
-    elif op == oc.PAD:
-        _gather_add(index_map(op, iattr, a), g_out, g_in)
+def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
+    """The op's map over K columns: out += map(in) (tangents; these ops are linear) or, transposed,
+    in += map^T(out) (cotangents)."""
+    if leading_broadcast_block(op, iattr, a):
+        _repeat_add(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), not transpose)
+        return
+    m = index_map(op, iattr, a)
+    src, dst = (out_rows, in_rows) if transpose else (in_rows, out_rows)
+    # PAD's map runs input -> output, the others' output -> input
+    if (op == oc.PAD) == transpose:
+        _gather_add(m, src, dst)
     else:
-        _scatter_add(index_map(op, iattr, a), g_out, g_in)
-
-
-@njit(cache=True)
-def mapped_tangent(op, iattr, a, t_in, t_out):
-    """The forward map applied to K tangent columns (these ops are linear)."""
-    block = leading_broadcast_block(op, iattr, a)
-    if block:
-        _repeat_add(t_out.reshape(t_out.size), t_in.reshape(t_in.size), True)
-    elif op == oc.PAD:
-        _scatter_add(index_map(op, iattr, a), t_in, t_out)
-    else:
-        _gather_add(index_map(op, iattr, a), t_in, t_out)
+        _scatter_add(m, src, dst)
 
 
 @njit(cache=True)
@@ -254,12 +247,11 @@ def _add_runs(src, dst, moves, read, write, length):
 
 
 @njit(cache=True)
-def moved_reverse(op, iattr, a, g_out, g_in):
+def moved_linear(op, iattr, a, out_rows, in_rows, transpose):
+    """The runs' copy over K columns: out += moved(in) (tangents) or, transposed, in += the runs of out
+    (cotangents)."""
     moves, length = block_moves(op, iattr, a)
-    _add_runs(g_out, g_in, moves, 1, 0, length)
-
-
-@njit(cache=True)
-def moved_tangent(op, iattr, a, t_in, t_out):
-    moves, length = block_moves(op, iattr, a)
-    _add_runs(t_in, t_out, moves, 0, 1, length)
+    if transpose:
+        _add_runs(out_rows, in_rows, moves, 1, 0, length)
+    else:
+        _add_runs(in_rows, out_rows, moves, 0, 1, length)

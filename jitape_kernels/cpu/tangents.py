@@ -17,12 +17,12 @@ import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
-from .elementwise import binary_second, binary_tangent, unary_reverse, unary_second, where_tangent
+from .elementwise import binary_second, binary_tangent, unary_reverse, unary_second, where_linear
 from .interpreter import params, reverse_instruction
 from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tangent, matmul_tangent, solve_second,
                      solve_tangent)
-from .reduction import prod_second, reduce_tangent
-from .shape import mapped_tangent, moved_tangent
+from .reduction import prod_second, reduce_linear
+from .shape import mapped_linear, moved_linear
 
 
 @njit(cache=True)
@@ -114,7 +114,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
             binary_tangent(op, x, w, y, t0, t1, t_out, j0 >= 0, j1 >= 0)
         elif op == oc.WHERE:
             j2 = code[r, oc.IN2_ADJ]
-            where_tangent(x, t1, tangent[j2:j2 + size] if j2 >= 0 else empty, t_out, j1 >= 0, j2 >= 0)
+            where_linear(x, t_out, t1, tangent[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, False)
         elif op == oc.MATMUL:
             seeded_x = j0 >= 0 and j0 == seed_row
             seeded_w = j1 >= 0 and j1 == seed_row
@@ -128,11 +128,11 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
         elif j0 < 0:
             continue
         elif op <= oc.PROD:
-            reduce_tangent(op, x, y, t0, t_out, iattr[a], iattr[a + 1], iattr[a + 2])
+            reduce_linear(op, x, y, t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], False)
         elif op <= oc.PAD:
-            mapped_tangent(op, iattr, a, t0, t_out)
+            mapped_linear(op, iattr, a, t_out, t0, False)
         elif op <= oc.GATHER:
-            moved_tangent(op, iattr, a, t0, t_out)
+            moved_linear(op, iattr, a, t_out, t0, False)
         else:
             inv_tangent(iattr, a, y, t0, t_out)
 
