@@ -280,7 +280,9 @@ class GradientTape:
 
     def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
                  parallel_iterations=None, experimental_use_pfor=True):
-        """d target / d sources, each of shape target.shape + source.shape: one sweep with K = target.size.
+        """d target / d sources, each of shape target.shape + source.shape, from one compiled sweep: reverse
+        mode with K = target.size cotangent columns, or forward mode with K = the sources' total size when
+        that is smaller.
 
         >>> import jitape as jt
         >>> x = jt.constant([1.0, 2.0])
@@ -335,8 +337,9 @@ class GradientTape:
                        parallel_iterations=None, experimental_use_pfor=True):
         """d target[b] / d source[b] for every batch row b: shape (B,) + target.shape[1:] + source.shape[1:].
 
-        One sweep with K = target features (the seeds are shared by the rows); raises
-        ValueError when the recorded program makes rows depend on each other.
+        One sweep whose seeds are shared by the rows: reverse with K = target features, or
+        forward with K = source features when fewer; raises ValueError when the recorded
+        program makes rows depend on each other.
         """
         if self._used:
             raise RuntimeError("GradientTape.batch_jacobian can only be called once on non-persistent tapes.")
