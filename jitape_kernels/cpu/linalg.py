@@ -190,54 +190,59 @@ def solve_reverse(iattr, a, A, y, g_out, g_A, g_B, want_A, want_B):
                 GA[i * n:(i + 1) * n] -= np.dot(Y, GB[i].reshape(m, K))
 
 
+# The tangent and second-order kernels of SOLVE and INV call the forward and reverse kernels above
+# with the argument types the interpreters use (so those are compiled once) and do the remaining
+# contractions in loops: systems here are small, and every new np.linalg/np.dot signature or
+# literal-argument specialization adds seconds of compile time.
+
 @njit(cache=True)
 def solve_tangent(iattr, a, A, y, t_A, t_B, t_out, has_A, has_B):
     """Y = A^-1 B: Y' += A^-1 (B' - A' Y), all K columns in one solve."""
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
     K = t_out.shape[1]
-    for b in range(batch):
-        Ab = A[b * n * n:(b + 1) * n * n].reshape(n, n)
-        Y = y[b * n * m:(b + 1) * n * m].reshape(n, m)
-        R = np.zeros((n, m * K), t_out.dtype)
-        if has_B:
-            R += t_B[b * n * m:(b + 1) * n * m].reshape(n, m * K)
-        if has_A:
-            Yt = np.ascontiguousarray(Y.T)
-            TA = t_A[b * n * n:(b + 1) * n * n]
+    R = np.zeros((batch * n * m, K), t_out.dtype)
+    if has_B:
+        R += t_B
+    if has_A:
+        for b in range(batch):
             for i in range(n):
-                # (A' Y)[i, c, :] = sum_j Y[j, c] A'[i, j, :]
-                R[i] -= np.dot(Yt, TA[i * n:(i + 1) * n]).ravel()
-        T = t_out[b * n * m:(b + 1) * n * m].reshape(n, m * K)
-        T += np.linalg.solve(Ab, R)
+                for j in range(n):
+                    for c in range(m):
+                        yj = y[(b * n + j) * m + c]
+                        for k in range(K):
+                            R[(b * n + i) * m + c, k] -= t_A[(b * n + i) * n + j, k] * yj
+    solved = np.empty(R.size, t_out.dtype)
+    # each batch item of R is an [n, m*K] right-hand side
+    solve_forward(np.array([batch, n, m * K]), a - a, A, R.reshape(R.size), solved)   # a - a: not a literal
+    t_out += solved.reshape(t_out.shape)
 
 
 @njit(cache=True)
 def solve_second(iattr, a, A, y, g_out, t_A, t_out, gt_A, gt_B, want_B):
-    """With A active, differentiate dB = A^-T G and dA = -dB Y^T along A' and Y' (G the one-column cotangent):
-    dB' = -A^-T (A'^T dB), dA' = -dB' Y^T - dB Y'^T."""
+    """With A active, differentiate dB = A^-T G and dA = -dB Y^T along A' and Y' (G the one-column
+    cotangent): dB' = A^-T M with M = -A'^T dB (solve_reverse applied to M), and dA' gains -dB Y'^T."""
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
     K = gt_A.shape[1]
+    dB = np.zeros((batch * n * m, 1), gt_A.dtype)
+    # flags computed at run time: literal True/False would compile new specializations of solve_reverse
+    no = K < 0
+    solve_reverse(iattr, a, A, y, g_out, gt_A[0:0], dB, no, not no)
+    M = np.zeros((batch * n * m, K), gt_A.dtype)
     for b in range(batch):
-        At = np.ascontiguousarray(A[b * n * n:(b + 1) * n * n].reshape(n, n).T)
-        Y = y[b * n * m:(b + 1) * n * m].reshape(n, m)
-        G = np.ascontiguousarray(g_out[b * n * m:(b + 1) * n * m]).reshape(n, m)
-        dB = np.linalg.solve(At, G)
-        # (A'^T dB)[i, c, :] = sum_j dB[j, c] A'[j, i, :]
-        TAt = _swap_leading(t_A[b * n * n:(b + 1) * n * n], n, n, K)
-        M = np.empty((n, m * K), gt_A.dtype)
-        dBt = np.ascontiguousarray(dB.T)
+        for j in range(n):
+            for c in range(m):
+                d = dB[(b * n + j) * m + c, 0]
+                for i in range(n):
+                    for k in range(K):
+                        M[(b * n + i) * m + c, k] -= t_A[(b * n + j) * n + i, k] * d
+    solve_reverse(iattr, a, A, y, M, gt_A, gt_B, not no, want_B)
+    for b in range(batch):
         for i in range(n):
-            M[i] = np.dot(dBt, TAt[i].reshape(n, K)).ravel()
-        dB_t = -np.ascontiguousarray(np.linalg.solve(At, M))
-        if want_B:
-            GB = gt_B[b * n * m:(b + 1) * n * m].reshape(n, m * K)
-            GB += dB_t
-        GA = gt_A[b * n * n:(b + 1) * n * n]
-        for i in range(n):
-            GA[i * n:(i + 1) * n] -= np.dot(Y, dB_t[i].reshape(m, K))
-        # (dB Y'^T)[i, j, :] = sum_c dB[i, c] Y'[j, c, :]
-        GAm = GA.reshape(n, n * K)
-        GAm -= np.dot(dB, _swap_leading(t_out[b * n * m:(b + 1) * n * m], n, m, K))
+            for c in range(m):
+                d = dB[(b * n + i) * m + c, 0]
+                for j in range(n):
+                    for k in range(K):
+                        gt_A[(b * n + i) * n + j, k] -= d * t_out[(b * n + j) * m + c, k]
 
 
 @njit(cache=True)
@@ -260,27 +265,42 @@ def inv_reverse(iattr, a, y, g_out, g_A):
 
 
 @njit(cache=True)
-def inv_tangent(iattr, a, y, t_A, t_out):
-    """Y = A^-1: Y' += -Y A' Y, one tangent column at a time."""
-    batch, n = iattr[a], iattr[a + 1]
-    K = t_out.shape[1]
+def _transposed(y, batch, n):
+    """The batch of n x n matrices in y, each transposed, flat."""
+    out = np.empty(y.size, y.dtype)
     for b in range(batch):
-        Y = np.ascontiguousarray(y[b * n * n:(b + 1) * n * n].reshape(n, n))
-        for k in range(K):
-            TA = np.ascontiguousarray(t_A[b * n * n:(b + 1) * n * n, k]).reshape(n, n)
-            t_out[b * n * n:(b + 1) * n * n, k] -= np.dot(np.dot(Y, TA), Y).ravel()
+        for i in range(n):
+            for j in range(n):
+                out[(b * n + j) * n + i] = y[(b * n + i) * n + j]
+    return out
 
 
 @njit(cache=True)
-def inv_second(iattr, a, y, g_out, t_out, gt_A):
-    """Differentiate dA = -Y^T G Y^T along Y' (G the one-column cotangent): dA' += -Y'^T G Y^T - Y^T G Y'^T."""
+def inv_tangent(iattr, a, y, t_A, t_out):
+    """Y = A^-1: Y' += -Y A' Y, which is inv_reverse's -Z^T A' Z^T with Z = Y^T."""
+    inv_reverse(iattr, a, _transposed(y, iattr[a], iattr[a + 1]), t_A, t_out)
+
+
+@njit(cache=True)
+def inv_second(iattr, a, y, g_out, t_A, gt_A):
+    """Differentiate dA = -Y^T G Y^T along A' (G the one-column cotangent, Y' = -Y A' Y):
+    dA' += Y^T (A'^T Y^T G + G Y^T A'^T) Y^T, which is inv_reverse applied to -(A'^T P + Q A'^T)."""
     batch, n = iattr[a], iattr[a + 1]
     K = gt_A.shape[1]
+    M = np.zeros((batch * n * n, K), gt_A.dtype)
     for b in range(batch):
-        Yt = np.ascontiguousarray(y[b * n * n:(b + 1) * n * n].reshape(n, n).T)
-        G = np.ascontiguousarray(g_out[b * n * n:(b + 1) * n * n]).reshape(n, n)
-        GYt = np.dot(G, Yt)
-        YtG = np.dot(Yt, G)
-        for k in range(K):
-            TYt = np.ascontiguousarray(np.ascontiguousarray(t_out[b * n * n:(b + 1) * n * n, k]).reshape(n, n).T)
-            gt_A[b * n * n:(b + 1) * n * n, k] -= (np.dot(TYt, GYt) + np.dot(YtG, TYt)).ravel()
+        o = b * n * n
+        P = np.zeros((n, n))     # Y^T G
+        Q = np.zeros((n, n))     # G Y^T
+        for i in range(n):
+            for j in range(n):
+                for l in range(n):
+                    P[i, j] += y[o + l * n + i] * g_out[o + l * n + j, 0]
+                    Q[i, j] += g_out[o + i * n + l, 0] * y[o + j * n + l]
+        for i in range(n):
+            for j in range(n):
+                for l in range(n):
+                    for k in range(K):
+                        # (A'^T P)[i, j] = sum_l A'[l, i] P[l, j];  (Q A'^T)[i, j] = sum_l Q[i, l] A'[j, l]
+                        M[o + i * n + j, k] -= t_A[o + l * n + i, k] * P[l, j] + Q[i, l] * t_A[o + j * n + l, k]
+    inv_reverse(iattr, a, y, M, gt_A)

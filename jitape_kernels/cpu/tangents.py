@@ -45,7 +45,7 @@ def _reads_tangents(op, code, r, slots):
     if op == oc.SOLVE:
         return has0, False, has0
     if op == oc.INV:
-        return False, False, True
+        return True, False, False
     return False, False, False
 
 
@@ -119,10 +119,11 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
             seeded_x = j0 >= 0 and j0 == seed_row
             seeded_w = j1 >= 0 and j1 == seed_row
             matmul_tangent(iattr, a, x, w, t0, t1, t_out, j0 >= 0 and not seeded_x, j1 >= 0 and not seeded_w)
+            # run-time flags (not literals): one compiled specialization serves both operands
             if seeded_x:
-                matmul_seeded_tangent(iattr, a, x, w, t_out, False, seed_start)
+                matmul_seeded_tangent(iattr, a, x, w, t_out, not seeded_x, seed_start)
             if seeded_w:
-                matmul_seeded_tangent(iattr, a, x, w, t_out, True, seed_start)
+                matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, seed_start)
         elif op == oc.SOLVE:
             solve_tangent(iattr, a, x, y, t0, t1, t_out, j0 >= 0, j1 >= 0)
         elif j0 < 0:
@@ -138,8 +139,9 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
 
 
 @njit(cache=True)
-def _second_order_terms(code, r, slots, iattr, fattr, arena, g, tangent, adjoint_tangent):
-    """Instruction r's second-order kernel; g is the flat one-column cotangent buffer."""
+def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent):
+    """Instruction r's second-order kernel; adjoint is the one-column cotangent buffer."""
+    g = adjoint.reshape(adjoint.size)
     op = code[r, oc.OP]
     a = code[r, oc.ATTR]
     size = slots[code[r, oc.OUT], oc.SIZE]
@@ -165,7 +167,7 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, g, tangent, adjoint
         return
     if op == oc.INV:
         if j0 >= 0:
-            inv_second(iattr, a, y, g_out, tangent[go:go + size], gt0)
+            inv_second(iattr, a, y, adjoint[go:go + size], t0, gt0)
         return
     if op > oc.BINARY_LAST and op != oc.MATMUL and op != oc.SOLVE:
         return
@@ -181,7 +183,7 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, g, tangent, adjoint
         if j0 >= 0 and j1 >= 0:
             matmul_second(iattr, a, g_out, t0, t1, gt0, gt1)
     elif j0 >= 0:
-        solve_second(iattr, a, x, y, g_out, t0, tangent[go:go + size], gt0, gt1, j1 >= 0)
+        solve_second(iattr, a, x, y, adjoint[go:go + size], t0, tangent[go:go + size], gt0, gt1, j1 >= 0)
 
 
 @njit(cache=True)
@@ -193,7 +195,6 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
     zeros (or the target's seeded tangent). The sources' rows end up holding
     Hessian-times-direction columns.
     """
-    g = adjoint.reshape(adjoint.size)
     for r in range(code.shape[0] - 1, -1, -1):
         reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent)
-        _second_order_terms(code, r, slots, iattr, fattr, arena, g, tangent, adjoint_tangent)
+        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent)
