@@ -107,20 +107,23 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
         else:
             solve_reverse(iattr, a, x, y, g_out, g0, g1, j0 >= 0, j1 >= 0)
         return
+    # the linear kernels run transposed here; a run-time True (not a literal) lets the tangent sweep
+    # share their compiled code
+    transpose = K > 0
     if op == oc.WHERE:
         j1 = code[r, oc.IN1_ADJ]
         j2 = code[r, oc.IN2_ADJ]
         where_linear(x, g_out, adjoint[j1:j1 + size] if j1 >= 0 else empty,
-                     adjoint[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, True)
+                     adjoint[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, transpose)
         return
     if j0 < 0:
         return
     if op <= oc.PROD:
-        reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], True)
+        reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], transpose)
     elif op <= oc.PAD:
-        mapped_linear(op, iattr, a, g_out, g0, True)
+        mapped_linear(op, iattr, a, g_out, g0, transpose)
     elif op <= oc.GATHER:
-        moved_linear(op, iattr, a, g_out, g0, True)
+        moved_linear(op, iattr, a, g_out, g0, transpose)
     else:
         inv_reverse(iattr, a, y, g_out, g0)
 

@@ -82,6 +82,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
     instead of multiplying by the identity. -1 for other seeds.
     """
     empty = tangent[0:0]
+    transpose = tangent.shape[1] < 0      # run-time False: the reverse sweep's linear kernels serve as they are
     needed = _tangents_needed(code, slots, target)
     for r in range(code.shape[0]):
         # zeroed before any instruction runs: concat's PLACE rows share one output
@@ -114,7 +115,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
             binary_tangent(op, x, w, y, t0, t1, t_out, j0 >= 0, j1 >= 0)
         elif op == oc.WHERE:
             j2 = code[r, oc.IN2_ADJ]
-            where_linear(x, t_out, t1, tangent[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, False)
+            where_linear(x, t_out, t1, tangent[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, transpose)
         elif op == oc.MATMUL:
             seeded_x = j0 >= 0 and j0 == seed_row
             seeded_w = j1 >= 0 and j1 == seed_row
@@ -129,11 +130,11 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
         elif j0 < 0:
             continue
         elif op <= oc.PROD:
-            reduce_linear(op, x, y, t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], False)
+            reduce_linear(op, x, y, t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], transpose)
         elif op <= oc.PAD:
-            mapped_linear(op, iattr, a, t_out, t0, False)
+            mapped_linear(op, iattr, a, t_out, t0, transpose)
         elif op <= oc.GATHER:
-            moved_linear(op, iattr, a, t_out, t0, False)
+            moved_linear(op, iattr, a, t_out, t0, transpose)
         else:
             inv_tangent(iattr, a, y, t0, t_out)
 
