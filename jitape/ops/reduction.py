@@ -15,11 +15,12 @@ from . import shape as _shape
 from .core import Primitive, as_tensor, composite, emit, float_tensor, normalize_axis
 
 
-def _reduce_np(fn):
+def _reduce_np(ufunc):
+    # ufunc.reduce, not np.sum & co.: the same arithmetic without their Python dispatch (~1 us a call)
     def forward(x, outer, n, inner, out_shape):
         if outer == 1 and inner == 1:
-            return np.reshape(fn(x), out_shape)[()]
-        return fn(np.reshape(x, (outer, n, inner)), axis=1).reshape(out_shape)[()]
+            return np.asarray(ufunc.reduce(x, axis=None)).reshape(out_shape)[()]
+        return ufunc.reduce(x.reshape(outer, n, inner), axis=1).reshape(out_shape)[()]
     return forward
 
 
@@ -57,19 +58,23 @@ def _prod_vjp(g, out, ins, p, w):
     return (_shape.reshape(_spread(g, outer, n, inner) * excluded, ins[0].shape),)
 
 
-_sum = Primitive("reduce_sum", oc.SUM, _reduce_np(np.sum), _reduce_rule, _sum_vjp)
-_max = Primitive("reduce_max", oc.MAX, _reduce_np(np.max), _reduce_rule, _extremum_vjp)
-_min = Primitive("reduce_min", oc.MIN, _reduce_np(np.min), _reduce_rule, _extremum_vjp)
-_prod = Primitive("reduce_prod", oc.PROD, _reduce_np(np.prod), _reduce_rule, _prod_vjp)
+_sum = Primitive("reduce_sum", oc.SUM, _reduce_np(np.add), _reduce_rule, _sum_vjp)
+_max = Primitive("reduce_max", oc.MAX, _reduce_np(np.maximum), _reduce_rule, _extremum_vjp)
+_min = Primitive("reduce_min", oc.MIN, _reduce_np(np.minimum), _reduce_rule, _extremum_vjp)
+_prod = Primitive("reduce_prod", oc.PROD, _reduce_np(np.multiply), _reduce_rule, _prod_vjp)
 
 
 def reduction_axes(axis, ndim, what):
     """Sorted, normalised axes (all of them for None)."""
     if axis is None:
         return tuple(range(ndim))
-    axes = np.asarray(axis._value if isinstance(axis, Tensor) else axis).reshape(-1).tolist()
-    axes = sorted({normalize_axis(int(a), ndim, what) for a in axes})
-    return tuple(axes)
+    if isinstance(axis, (int, np.integer)):
+        axes = (axis,)
+    elif isinstance(axis, tuple) and all(isinstance(a, (int, np.integer)) for a in axis):
+        axes = axis        # the common case, without a round trip through numpy
+    else:
+        axes = np.asarray(axis._value if isinstance(axis, Tensor) else axis).reshape(-1).tolist()
+    return tuple(sorted({normalize_axis(int(a), ndim, what) for a in axes}))
 
 
 def _reduce(prim, input_tensor, axis, keepdims, what):
