@@ -1,4 +1,5 @@
-"""Runs Programs on the CPU backend: seeding the adjoint buffer, the sweep, unpacking source gradients."""
+"""Runs Programs on the CPU backend: seeding the adjoint and tangent buffers, the reverse, tangent and
+second-order sweeps, chunking K columns to the memory budget, unpacking source results."""
 import threading
 
 import numpy as np

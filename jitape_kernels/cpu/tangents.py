@@ -26,7 +26,7 @@ from .shape import mapped_linear, moved_linear
 
 
 @njit(cache=True)
-def _reads_tangents(op, code, r, slots):
+def _reads_tangents(op, code, r):
     """Which of instruction r's slots (input 0, input 1, output) its second-order kernel reads tangents of."""
     has0 = code[r, oc.IN0_ADJ] >= 0
     has1 = code[r, oc.IN1_ADJ] >= 0
@@ -57,7 +57,7 @@ def _tangents_needed(code, slots, target):
     if target >= 0:
         needed[target] = True
     for r in range(code.shape[0] - 1, -1, -1):
-        t0, t1, t_out = _reads_tangents(code[r, oc.OP], code, r, slots) if target < 0 else (False, False, False)
+        t0, t1, t_out = _reads_tangents(code[r, oc.OP], code, r) if target < 0 else (False, False, False)
         if t_out or needed[code[r, oc.OUT]]:
             needed[code[r, oc.OUT]] = True
             for c in range(oc.IN0, oc.IN2 + 1):
