@@ -188,14 +188,37 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
 
 
 @njit(cache=True)
+def _second_order_inputs(op, code, r):
+    """Which inputs (0, 1) instruction r's second-order kernel adds to: those whose tangents it reads,
+    and B of a SOLVE whose A is active."""
+    t0, t1, _ = _reads_tangents(op, code, r)
+    if op == oc.SOLVE:
+        return t0, t0
+    return t0, t1
+
+
+@njit(cache=True)
 def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent):
     """Accumulate the tangents of the cotangents, last instruction first.
 
     adjoint [adjoint_size, 1]: the cotangents of a finished reverse_sweep;
     tangent [adjoint_size, K]: from tangent_sweep; adjoint_tangent [adjoint_size, K]:
-    zeros (or the target's seeded tangent). The sources' rows end up holding
-    Hessian-times-direction columns.
+    zeros (the target's cotangent does not vary). The sources' rows end up holding
+    Hessian-times-direction columns. An instruction whose output's cotangent tangent
+    is still zero (no second-order term reached it: the linear tail of a loss) skips
+    its reverse rule.
     """
+    nonzero = np.zeros(slots.shape[0], np.bool_)
     for r in range(code.shape[0] - 1, -1, -1):
-        reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent)
+        op = code[r, oc.OP]
+        if nonzero[code[r, oc.OUT]]:
+            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent)
+            for c in range(oc.IN0, oc.IN2 + 1):
+                if code[r, c] >= 0 and code[r, c + oc.IN0_ADJ - oc.IN0] >= 0:
+                    nonzero[code[r, c]] = True
         _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent)
+        to0, to1 = _second_order_inputs(op, code, r)
+        if to0:
+            nonzero[code[r, oc.IN0]] = True
+        if to1:
+            nonzero[code[r, oc.IN1]] = True
