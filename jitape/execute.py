@@ -81,10 +81,14 @@ def _identity_sweep(program, batch, features, start, k):
     return _sweep(program, adjoint)
 
 
+def _source_slots(program, i):
+    """Slots of source i and of its earlier values (aliases), where active toward the target."""
+    return [s for s in (program.sources[i], *program.source_aliases[i].tolist())
+            if s >= 0 and program.adjoint_rows[s] >= 0]
+
+
 def _source_rows(program, i):
-    """Adjoint rows of source i and of its earlier values (aliases), where active toward the target."""
-    slots = (program.sources[i], *program.source_aliases[i].tolist())
-    return [program.adjoint_rows[s] for s in slots if s >= 0 and program.adjoint_rows[s] >= 0]
+    return [program.adjoint_rows[s] for s in _source_slots(program, i)]
 
 
 def _tangent_buffer(program, k):
@@ -204,7 +208,8 @@ def source_hessian(tape, target, source, directions=None):
     tangent sweep and one second-order sweep (see jitape_kernels.cpu.tangents).
     """
     program = lower(tape, [target], [source], _arena)
-    rows = _source_rows(program, 0)
+    slots = _source_slots(program, 0)
+    rows = [program.adjoint_rows[s] for s in slots]
     if not rows or _target_row(program) < 0:
         return None
     n = source.size
@@ -226,9 +231,11 @@ def source_hessian(tape, target, source, directions=None):
         _tangent_sweep(program, tangent, rows[0] if directions is None and len(rows) == 1 else -1, start)
         adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
         adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
-        adjoint_tangent[:] = 0
-        second_order_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
-                           tangent, adjoint_tangent)
+        written = second_order_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena,
+                                     adjoint, tangent, adjoint_tangent)
+        for s in slots:
+            if not written[s]:
+                adjoint_tangent[program.adjoint_rows[s]:program.adjoint_rows[s] + n] = 0
         (block,) = source_blocks(program, adjoint_tangent)
         result[:, start:start + k] = block
     return result

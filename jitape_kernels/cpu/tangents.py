@@ -198,27 +198,37 @@ def _second_order_inputs(op, code, r):
 
 
 @njit(cache=True)
+def _first_write(code, r, c, slots, written, adjoint_tangent):
+    """Zero the rows of instruction r's input in column c before anything is first added to them."""
+    s = code[r, c]
+    j = code[r, c + oc.IN0_ADJ - oc.IN0]
+    if s >= 0 and j >= 0 and not written[s]:
+        adjoint_tangent[j:j + slots[s, oc.SIZE]] = 0
+        written[s] = True
+
+
+@njit(cache=True)
 def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent):
-    """Accumulate the tangents of the cotangents, last instruction first.
+    """Accumulate the tangents of the cotangents, last instruction first; returns, per slot, whether
+    its rows of adjoint_tangent were written (rows never written hold no values: read them as zeros).
 
     adjoint [adjoint_size, 1]: the cotangents of a finished reverse_sweep;
     tangent [adjoint_size, K]: from tangent_sweep; adjoint_tangent [adjoint_size, K]:
-    zeros (the target's cotangent does not vary). The sources' rows end up holding
-    Hessian-times-direction columns. An instruction whose output's cotangent tangent
-    is still zero (no second-order term reached it: the linear tail of a loss) skips
-    its reverse rule.
+    any contents (the target's cotangent does not vary, so its tangent is zero). The
+    sources' rows end up holding Hessian-times-direction columns. An instruction whose
+    output was never written (no second-order term reached it: a loss's linear tail)
+    skips its reverse rule, and rows are zeroed only when first written.
     """
-    nonzero = np.zeros(slots.shape[0], np.bool_)
+    written = np.zeros(slots.shape[0], np.bool_)
     for r in range(code.shape[0] - 1, -1, -1):
-        op = code[r, oc.OP]
-        if nonzero[code[r, oc.OUT]]:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent)
+        if written[code[r, oc.OUT]]:
             for c in range(oc.IN0, oc.IN2 + 1):
-                if code[r, c] >= 0 and code[r, c + oc.IN0_ADJ - oc.IN0] >= 0:
-                    nonzero[code[r, c]] = True
-        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent)
-        to0, to1 = _second_order_inputs(op, code, r)
+                _first_write(code, r, c, slots, written, adjoint_tangent)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent)
+        to0, to1 = _second_order_inputs(code[r, oc.OP], code, r)
         if to0:
-            nonzero[code[r, oc.IN0]] = True
+            _first_write(code, r, oc.IN0, slots, written, adjoint_tangent)
         if to1:
-            nonzero[code[r, oc.IN1]] = True
+            _first_write(code, r, oc.IN1, slots, written, adjoint_tangent)
+        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent)
+    return written
