@@ -51,9 +51,10 @@ sign = _unary("sign", oc.SIGN, np.sign, lambda g, y, x: g * _mask(np.zeros_like(
 
 
 def _sigmoid_np(x):
-    # exp of -|x| never overflows; both branches are exact in their half-line
+    # exp of -|x| never overflows; both branches are exact in their half-line (Python 1 keeps float32)
     e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.result_type(x))[()]
+    d = 1 + e
+    return np.where(x >= 0, 1 / d, e / d)[()]
 
 
 def _softplus_np(x):
@@ -66,7 +67,8 @@ softplus = _unary("softplus", oc.SOFTPLUS, _softplus_np, lambda g, y, x: g * sig
 
 
 def _elu_np(x, alpha):
-    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(np.result_type(x))[()]
+    # alpha has x's dtype and the Python 0 is weakly typed, so float32 stays float32 without a cast
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))[()]
 
 
 _elu = Primitive("elu", oc.ELU, _elu_np, _same,
