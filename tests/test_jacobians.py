@@ -279,3 +279,32 @@ def test_python_calls_independent_of_tape_length(method):
         tape, y, total, data, w = _row_chain(n)
         counts[n], _ = _count_python_calls(lambda: call(tape, y, total, data, w))
     assert counts[400] == counts[2_000], counts
+
+
+@pytest.mark.parametrize("budget", [None, 200])
+@pytest.mark.parametrize("case", ["left", "right", "left batched", "right batched", "both"])
+def test_matmul_with_the_seeded_source_as_an_operand(case, budget, monkeypatch):
+    """A matmul whose operand is the seeded source copies the identity's columns instead of multiplying
+    (forward-mode Jacobians and Hessians, possibly in chunks that start mid-source)."""
+    rng = np.random.default_rng(5)
+    shapes = {"left": ((3, 2), (2, 5)), "right": ((4, 3), (3, 2)), "left batched": ((2, 3, 2), (2, 4)),
+              "right batched": ((2, 3, 4), (4, 2)), "both": ((3, 3), (3, 3))}
+    x_shape, other_shape = shapes[case]
+    source = jt.constant(rng.normal(size=other_shape if case.startswith("right") else x_shape))
+    other = jt.constant(rng.normal(size=x_shape if case.startswith("right") else other_shape))
+    if budget:
+        monkeypatch.setattr(jt.config, "jacobian_memory_bytes", budget)
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(source)
+        if case == "both":
+            y = jt.matmul(source, source)
+        elif case.startswith("right"):
+            y = jt.matmul(other, source)
+        else:
+            y = jt.matmul(source, other)
+        wide = jt.concat([jt.reshape(y, (-1,)), jt.reshape(jt.sin(y), (-1,))], axis=0)   # wider than the source
+        loss = jt.reduce_sum(jt.tanh(y) * y)
+    for method, target in (("jacobian", wide), ("hessian", loss)):
+        compiled = getattr(tape, method)(target, source).numpy()
+        recorded = _recorded(lambda: getattr(tape, method)(target, source)).numpy()
+        np.testing.assert_allclose(compiled, recorded, rtol=1e-10, atol=1e-12, err_msg=method)
