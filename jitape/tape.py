@@ -483,15 +483,8 @@ class GradientTape:
     def hessian_vector_product(self, target, source, v):
         """(d² target / d source²) · v, shape source.shape: one tangent sweep along v (K = 1)."""
         self._check_hessian(target, source)
-        value = np.asarray(v._value if isinstance(v, Tensor) else v)
-        if value.dtype.kind not in "fiu":
-            raise TypeError(f"GradientTape.hessian_vector_product: v must be a float array, got dtype {value.dtype}")
-        if value.shape != source.shape:
-            raise ValueError(f"GradientTape.hessian_vector_product: v has shape {value.shape}, expected the "
-                             f"source's shape {source.shape}")
-        if not np.all(np.isfinite(value)):
-            raise ValueError("GradientTape.hessian_vector_product: v contains NaN or Inf")
-        v = v if isinstance(v, Tensor) else Tensor(value.astype(source.dtype)[()])
+        v = _checked_seed(v, source, "GradientTape.hessian_vector_product: v", "the source's")
+        v = v if isinstance(v, Tensor) else Tensor(v[()])
         if _state.recording:
             copy, grad = self._recording_of_gradient(target, source)
             result = None if grad is None else copy.gradient(grad, source, output_gradients=v,
@@ -564,13 +557,18 @@ def _seed_list(targets, output_gradients):
         if g is None:
             seeds.append(np.ones(t.shape, t.dtype))
             continue
-        value = np.asarray(g._value if isinstance(g, Tensor) else g)
-        if value.dtype.kind not in "fiu":
-            raise TypeError(f"output_gradients: expected a float array, got dtype {value.dtype}")
-        if value.shape != t.shape:
-            raise ValueError(f"output_gradients: shape {value.shape} does not match the target's "
-                             f"shape {t.shape}")
-        if not np.all(np.isfinite(value)):
-            raise ValueError("output_gradients: contains NaN or Inf")
-        seeds.append(g if isinstance(g, Tensor) else value.astype(t.dtype))
+        seeds.append(_checked_seed(g, t, "output_gradients", "the target's"))
     return seeds
+
+
+def _checked_seed(value, like, what, whose):
+    """`value` (a Tensor, kept for the recorded path, or array-like, cast to like's dtype) checked to be a
+    finite float block of like's shape; the errors name `what` and `whose` shape was expected."""
+    array = np.asarray(value._value if isinstance(value, Tensor) else value)
+    if array.dtype.kind not in "fiu":
+        raise TypeError(f"{what} must be a float array, got dtype {array.dtype}")
+    if array.shape != like.shape:
+        raise ValueError(f"{what} has shape {array.shape}, expected {whose} shape {like.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{what} contains NaN or Inf")
+    return value if isinstance(value, Tensor) else array.astype(like.dtype)
