@@ -30,17 +30,28 @@ def assert_names_shape(message, shape):
     assert any(form in message for form in shape_forms(shape)), (message, shape)
 
 
-def record_around(bad, exc_types):
-    """Record y1 before and y2 after a failing call `bad(v, x, y1)` on one
-    persistent tape, then check that nothing was corrupted."""
+def recorded_tape(middle=lambda tape, v, x, y1: None):
+    """v, x and a persistent tape that recorded y1 = sum(v*v)*x, then `middle(tape, v, x, y1)`, then
+    y2 = sum(sin v) + x*x: (tape, v, x, y1, y2, what middle returned), for assert_state_intact."""
     v = jt.Variable(V0)
     x = jt.constant(X0)
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
         y1 = jt.reduce_sum(v * v) * x
+        extra = middle(tape, v, x, y1)
+        y2 = jt.reduce_sum(jt.sin(v)) + x * x
+    return tape, v, x, y1, y2, extra
+
+
+def record_around(bad, exc_types):
+    """Record y1 before and y2 after a failing call `bad(v, x, y1)` on one
+    persistent tape, then check that nothing was corrupted."""
+    def failing(tape, v, x, y1):
         with pytest.raises(exc_types) as excinfo:
             bad(v, x, y1)
-        y2 = jt.reduce_sum(jt.sin(v)) + x * x
+        return excinfo
+
+    tape, v, x, y1, y2, excinfo = recorded_tape(failing)
     assert_state_intact(tape, v, x, y1, y2)
     return excinfo.value
 
@@ -215,13 +226,7 @@ def test_other_shape_errors_name_shapes():
 @given(s1=shapes, s2=shapes)
 def test_output_gradients_wrong_shape(s1, s2):
     assume(_incompatible(s1, s2))
-    v = jt.Variable(V0)
-    x = jt.constant(X0)
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        y1 = jt.reduce_sum(v * v) * x
-        y = jt.ones(s1) * x
-        y2 = jt.reduce_sum(jt.sin(v)) + x * x
+    tape, v, x, y1, y2, y = recorded_tape(lambda tape, v, x, y1: jt.ones(s1) * x)
     with pytest.raises(ValueError) as excinfo:
         tape.gradient(y, x, output_gradients=jt.constant(np.ones(s2, np.float32)))
     msg = str(excinfo.value)
@@ -247,13 +252,7 @@ def test_output_gradients_wrong_shape_scalar_target():
 
 
 def test_output_gradients_wrong_shape_on_outer_persistent_tape():
-    v = jt.Variable(V0)
-    x = jt.constant(X0)
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        y1 = jt.reduce_sum(v * v) * x
-        y2 = jt.reduce_sum(jt.sin(v)) + x * x
-        y3 = v * x
+    tape, v, x, y1, y2, y3 = recorded_tape(lambda tape, v, x, y1: v * x)
     with pytest.raises(ValueError) as excinfo:
         tape.gradient(y3, v, output_gradients=jt.constant(np.ones((4,), np.float32)))
     assert_names_shape(str(excinfo.value), (3,))
@@ -267,13 +266,7 @@ def test_output_gradients_wrong_shape_on_outer_persistent_tape():
 @pytest.mark.parametrize("bad_value", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("where", [0, 2])
 def test_nan_inf_output_gradients(bad_value, where):
-    v = jt.Variable(V0)
-    x = jt.constant(X0)
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        y1 = jt.reduce_sum(v * v) * x
-        y3 = v * x
-        y2 = jt.reduce_sum(jt.sin(v)) + x * x
+    tape, v, x, y1, y2, y3 = recorded_tape(lambda tape, v, x, y1: v * x)
     og = np.ones(3, np.float32)
     og[where] = bad_value
     with pytest.raises(ValueError) as excinfo:
@@ -286,12 +279,7 @@ def test_nan_inf_output_gradients(bad_value, where):
 
 
 def test_nan_output_gradients_on_outer_tape():
-    v = jt.Variable(V0)
-    x = jt.constant(X0)
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        y1 = jt.reduce_sum(v * v) * x
-        y2 = jt.reduce_sum(jt.sin(v)) + x * x
+    tape, v, x, y1, y2, _ = recorded_tape()
     with pytest.raises(ValueError):
         tape.gradient(y1, v, output_gradients=jt.constant(np.float32(np.nan)))
     with pytest.raises(ValueError):
@@ -303,12 +291,7 @@ def test_nan_output_gradients_on_outer_tape():
                                     [3.0], {"a": "b"}],
                          ids=["float", "ndarray", "str", "None", "list-float", "dict-str"])
 def test_non_tensor_target(target):
-    v = jt.Variable(V0)
-    x = jt.constant(X0)
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        y1 = jt.reduce_sum(v * v) * x
-        y2 = jt.reduce_sum(jt.sin(v)) + x * x
+    tape, v, x, y1, y2, _ = recorded_tape()
     with pytest.raises((TypeError, ValueError)) as excinfo:
         tape.gradient(target, v)
     assert "target" in str(excinfo.value), str(excinfo.value)
@@ -319,12 +302,7 @@ def test_non_tensor_target(target):
                                      "mixed-list", "dict-str"],
                          ids=["float", "ndarray", "str", "None", "mixed-list", "dict-str"])
 def test_non_tensor_sources(sources):
-    v = jt.Variable(V0)
-    x = jt.constant(X0)
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        y1 = jt.reduce_sum(v * v) * x
-        y2 = jt.reduce_sum(jt.sin(v)) + x * x
+    tape, v, x, y1, y2, _ = recorded_tape()
     if sources == "mixed-list":
         sources = [v, 3.0]
     elif sources == "dict-str":
@@ -346,14 +324,13 @@ def test_watch_non_tensor(thing):
 
 
 def test_batch_jacobian_first_dims_differ_leaves_tape_working():
-    v = jt.Variable(V0)
-    x = jt.constant(X0)
     m = jt.constant(np.ones((4, 3), np.float32))
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch([x, m])
-        y1 = jt.reduce_sum(v * v) * x
-        y2 = jt.reduce_sum(jt.sin(v)) + x * x
-        yt = jt.transpose(m * x)        # (3, 4) against a (4, 3) source
+
+    def transposed(tape, v, x, y1):
+        tape.watch(m)
+        return jt.transpose(m * x)      # (3, 4) against a (4, 3) source
+
+    tape, v, x, y1, y2, yt = recorded_tape(transposed)
     with pytest.raises(ValueError):
         tape.batch_jacobian(yt, m)
     assert_state_intact(tape, v, x, y1, y2)
