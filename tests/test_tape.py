@@ -493,17 +493,14 @@ def _f_misc(x, w):
     return jt.reduce_sum(a * b / (1.0 + jt.abs(w))) + jt.reduce_prod(jt.cos(x[:3]))
 
 
-@pytest.mark.parametrize("f", [_f_elementwise, _f_mlp, _f_softmax, _f_misc],
-                         ids=lambda f: f.__name__)
-@given(xv=floats_array((6,), -2.0, 2.0), wv=floats_array((6,), -2.0, 2.0))
-@settings(max_examples=20)
-def test_compiled_and_nested_paths_agree(f, xv, wv):
+def _compiled_and_nested(f, xv, wv):
+    """f's value and gradients w.r.t. both inputs from the compiled sweep, and the value and gradients
+    recorded on an enclosing tape (the Python VJP path)."""
     x, w = jt.constant(xv), jt.constant(wv)
     with jt.GradientTape() as tape:
         tape.watch([x, w])
         y = f(x, w)
     compiled = tape.gradient(y, [x, w])
-
     with jt.GradientTape() as outer:
         outer.watch([x, w])
         with jt.GradientTape() as inner:
@@ -512,7 +509,15 @@ def test_compiled_and_nested_paths_agree(f, xv, wv):
         nested = inner.gradient(y2, [x, w])   # recorded on `outer`
         s = jt.reduce_sum(nested[0])
     assert outer.gradient(s, x) is not None   # proves the nested path ran
+    return y, compiled, y2, nested
 
+
+@pytest.mark.parametrize("f", [_f_elementwise, _f_mlp, _f_softmax, _f_misc],
+                         ids=lambda f: f.__name__)
+@given(xv=floats_array((6,), -2.0, 2.0), wv=floats_array((6,), -2.0, 2.0))
+@settings(max_examples=20)
+def test_compiled_and_nested_paths_agree(f, xv, wv):
+    y, compiled, y2, nested = _compiled_and_nested(f, xv, wv)
     np.testing.assert_array_equal(npv(y), npv(y2))
     for c, n in zip(compiled, nested):
         assert c.dtype == n.dtype == np.float32
@@ -523,17 +528,7 @@ def test_compiled_and_nested_paths_agree_float64():
     rng = np.random.default_rng(0)
     xv, wv = rng.normal(size=6), rng.normal(size=6)
     for f in (_f_elementwise, _f_mlp, _f_softmax, _f_misc):
-        x, w = jt.constant(xv), jt.constant(wv)
-        with jt.GradientTape() as tape:
-            tape.watch([x, w])
-            y = f(x, w)
-        compiled = tape.gradient(y, [x, w])
-        with jt.GradientTape() as outer:
-            outer.watch([x, w])
-            with jt.GradientTape() as inner:
-                inner.watch([x, w])
-                y2 = f(x, w)
-            nested = inner.gradient(y2, [x, w])
+        _, compiled, _, nested = _compiled_and_nested(f, xv, wv)
         for c, n in zip(compiled, nested):
             assert c.dtype == n.dtype == np.float64
             np.testing.assert_allclose(npv(c), npv(n), rtol=1e-12, atol=1e-13)
