@@ -91,6 +91,16 @@ def _source_rows(program, i):
     return [program.adjoint_rows[s] for s in _source_slots(program, i)]
 
 
+def _seed_source_rows(tangent, rows, batch, features, entry, column, count):
+    """Zero each block of source rows (`batch` x `features` entries, one per adjoint row start in `rows`)
+    and set the identity's entries (entry + i, column + i) for i < count in each of its batch parts."""
+    for row in rows:
+        block = tangent[row:row + batch * features]
+        block[:] = 0
+        if count > 0:
+            _seed_identity(block, batch, features, entry, column, count)
+
+
 def _tangent_buffer(program, k):
     """The [adjoint_size, k] tangent buffer; only the source rows need seeding (see tangent_sweep)."""
     return _workspace.take("tangent", program.adjoint_size * k, program.dtype).reshape(-1, k)
@@ -186,11 +196,7 @@ def _forward_jacobians(program, target_row, n, sources, rows, columns):
             # source entry p is column offset + p - start of this sweep when that lies in [0, k)
             p, c = max(0, start - offset), max(0, offset - start)
             count = min(start + k, offset + s.size) - max(start, offset) if source_rows else 0
-            for row in source_rows:
-                block = tangent[row:row + s.size]
-                block[:] = 0
-                if count > 0:
-                    _seed_identity(block, 1, s.size, p, c, count)
+            _seed_source_rows(tangent, source_rows, 1, s.size, p, c, count)
             spans.append((p, c, count))
             offset += s.size if source_rows else 0
         _tangent_sweep(program, tangent, seed_row, start, program.targets[0])
@@ -219,15 +225,12 @@ def source_hessian(tape, target, source, directions=None):
     result = np.empty((n, total), program.dtype)
     for start in range(0, total, chunk):
         k = min(chunk, total - start)
-
         tangent = _tangent_buffer(program, k)
-        for row in rows:
-            block = tangent[row:row + n]
-            if directions is None:
-                block[:] = 0
-                _seed_identity(block, 1, n, start, 0, k)
-            else:
-                block[:] = directions[:, start:start + k]
+        if directions is None:
+            _seed_source_rows(tangent, rows, 1, n, start, 0, k)
+        else:
+            for row in rows:
+                tangent[row:row + n] = directions[:, start:start + k]
         _tangent_sweep(program, tangent, rows[0] if directions is None and len(rows) == 1 else -1, start)
         adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
         adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
@@ -269,10 +272,7 @@ def source_batch_jacobian(tape, target, source):
         k = min(chunk, total - start)
         if forward:
             tangent = _tangent_buffer(program, k)
-            for row in rows:
-                block = tangent[row:row + source.size]
-                block[:] = 0
-                _seed_identity(block, batch, per_row, start, 0, k)
+            _seed_source_rows(tangent, rows, batch, per_row, start, 0, k)
             _tangent_sweep(program, tangent, target=program.targets[0])
             result[:, :, start:start + k] = tangent[target_row:target_row + target.size].reshape(batch, features, k)
         else:
