@@ -17,12 +17,12 @@ from .linalg import matmul_reverse
 from .shape import leading_broadcast_block
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _leading(slots, s):
     return slots[s, oc.DIMS] if slots[s, oc.RANK] > 0 else -1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _keeps_rows(op, code, r, slots, iattr, batch, x_rows, w_rows):
     """Whether instruction r keeps batch rows apart; x_rows / w_rows: its first / second input carries rows."""
     a = code[r, oc.ATTR]
@@ -52,7 +52,7 @@ def _keeps_rows(op, code, r, slots, iattr, batch, x_rows, w_rows):
     return iattr[a] % batch == 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def first_row_mixing(code, slots, iattr, batch):
     """Index of the first instruction whose output rows mix batch rows, or -1 if none does."""
     for r in range(code.shape[0]):
@@ -65,7 +65,7 @@ def first_row_mixing(code, slots, iattr, batch):
 ROW, PARAM, JUNCTION = 0, 1, 2
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def per_example_plan(code, slots, iattr, adjoint_rows, batch):
     """Split a Program for per-example gradients of shared parameters.
 
@@ -139,7 +139,7 @@ def per_example_plan(code, slots, iattr, adjoint_rows, batch):
     return -1, recoded, modes, n_row, n_param, local, rows
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def per_example_sweep(code, modes, slots, iattr, fattr, arena, row_adjoint, param_adjoint):
     """Reverse sweep of a per_example_plan: row instructions on the one-column buffer, parameter
     instructions on the `batch`-column buffer, junctions splitting contributions by example."""

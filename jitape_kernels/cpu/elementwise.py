@@ -13,7 +13,7 @@ from numba import njit
 from .. import opcodes as oc
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def unary_value(op, x, p0, p1):
     x = float(x)
     if op == oc.COPY:
@@ -61,7 +61,7 @@ def unary_value(op, x, p0, p1):
     return x ** p0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def unary_derivative(op, x, y, p0, p1):
     """dy/dx at x, given the recorded output y (reused where it is cheaper)."""
     x = float(x)
@@ -111,7 +111,7 @@ def unary_derivative(op, x, y, p0, p1):
     return p0 * x ** (p0 - 1)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def unary_second_derivative(op, x, y, p0, p1):
     """d²y/dx² at x, given the recorded output y; 0 for the piecewise-linear rules."""
     x = float(x)
@@ -144,13 +144,13 @@ def unary_second_derivative(op, x, y, p0, p1):
     return 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def unary_forward(op, x, out, p0, p1):
     for i in range(x.size):
         out[i] = unary_value(op, x[i], p0, p1)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def unary_reverse(op, x, y, g_out, g_in, p0, p1):
     K = g_out.shape[1]
     for i in range(x.size):
@@ -159,7 +159,7 @@ def unary_reverse(op, x, y, g_out, g_in, p0, p1):
             g_in[i, k] += g_out[i, k] * d
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def unary_second(op, x, y, g_out, t_in, gt_in, p0, p1):
     """Second-order term of x's cotangent tangent: gt_in[i] += g_out[i] f''(x_i) t_in[i] (g_out one column)."""
     K = t_in.shape[1]
@@ -170,7 +170,7 @@ def unary_second(op, x, y, g_out, t_in, gt_in, p0, p1):
                 gt_in[i, k] += c * t_in[i, k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def unary_reverse_1d(op, x, y, g_out, g_in, p0, p1):
     """K = 1 on contiguous 1-D adjoints: the common rules in the arrays' dtype, so LLVM vectorises them."""
     n = x.size
@@ -205,7 +205,7 @@ def unary_reverse_1d(op, x, y, g_out, g_in, p0, p1):
             g_in[i] += g_out[i] * unary_derivative(op, x[i], y[i], p0, p1)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def binary_value(op, a, b):
     a = float(a)
     b = float(b)
@@ -224,7 +224,7 @@ def binary_value(op, a, b):
     return min(a, b)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def binary_partials(op, a, b, y):
     """(dy/da, dy/db); ties of maximum/minimum go to the first operand, as in TensorFlow."""
     a = float(a)
@@ -248,7 +248,7 @@ def binary_partials(op, a, b, y):
     return (one, zero) if a <= b else (zero, one)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def binary_second_partials(op, a, b, y):
     """(d/da dy/da, d/db dy/da, d/da dy/db, d/db dy/db): the derivatives of binary_partials' rules."""
     a = float(a)
@@ -269,13 +269,13 @@ def binary_second_partials(op, a, b, y):
     return zero, zero, zero, zero
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def binary_forward(op, a, b, out):
     for i in range(a.size):
         out[i] = binary_value(op, a[i], b[i])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def binary_reverse(op, a, b, y, g_out, g_a, g_b, want_a, want_b):
     K = g_out.shape[1]
     for i in range(a.size):
@@ -289,7 +289,7 @@ def binary_reverse(op, a, b, y, g_out, g_a, g_b, want_a, want_b):
                 g_b[i, k] += g_out[i, k] * db
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def binary_tangent(op, a, b, y, t_a, t_b, t_out, has_a, has_b):
     """t_out += dy/da t_a + dy/db t_b over K tangent columns (an input without a tangent is skipped)."""
     K = t_out.shape[1]
@@ -303,7 +303,7 @@ def binary_tangent(op, a, b, y, t_a, t_b, t_out, has_a, has_b):
                 t_out[i, k] += db * t_b[i, k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b):
     """Second-order terms of the inputs' cotangent tangents, g_out one column; only MUL, DIV, POW have them
     (MUL only when both inputs are active, DIV only when the divisor is)."""
@@ -322,7 +322,7 @@ def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b):
                 gt_b[i, k] += g * (ba * ta + bb * tb)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def binary_reverse_1d(op, a, b, y, g_out, g_a, g_b, want_a, want_b):
     """K = 1 on contiguous 1-D adjoints: add, subtract and multiply as plain vector loops."""
     n = a.size
@@ -353,13 +353,13 @@ def binary_reverse_1d(op, a, b, y, g_out, g_a, g_b, want_a, want_b):
                 g_b[i] += g_out[i] * db
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def where_forward(cond, a, b, out):
     for i in range(a.size):
         out[i] = a[i] if cond[i] != 0 else b[i]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def where_linear(cond, out_rows, a_rows, b_rows, has_a, has_b, transpose):
     """WHERE's linear map over K columns: out += a or b, entry by entry as cond selects (tangents), or
     transposed, the selected input += out (cotangents). An input without rows (has_ False) is skipped."""

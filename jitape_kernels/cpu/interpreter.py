@@ -15,7 +15,7 @@ from .reduction import reduce_forward, reduce_linear
 from .shape import mapped_forward, mapped_linear, moved_forward, moved_linear
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def params(op, iattr, fattr, a):
     if op == oc.CLIP:
         return fattr[iattr[a]], fattr[iattr[a] + 1]
@@ -24,7 +24,7 @@ def params(op, iattr, fattr, a):
     return 0.0, 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def forward_sweep(code, slots, iattr, fattr, arena):
     """Recompute every instruction's output in the arena from its inputs, in program order."""
     for r in range(code.shape[0]):
@@ -64,7 +64,7 @@ def forward_sweep(code, slots, iattr, fattr, arena):
             inv_forward(iattr, a, x, out)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
     """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs."""
     K = adjoint.shape[1]
@@ -128,7 +128,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
         inv_reverse(iattr, a, y, g_out, g0)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def reverse_sweep(code, slots, iattr, fattr, arena, adjoint):
     """Accumulate K cotangent columns from outputs into inputs, last instruction first.
 
@@ -166,7 +166,7 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint):
         reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def plan(records, slot_rows, targets, sources):
     """Lower recorded rows to a Program: prune, activity analysis, arena and adjoint offsets.
 

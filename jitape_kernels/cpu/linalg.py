@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _matmul_operands(iattr, a, x, w, b):
     """Batch item b's (m, k) and (k, n) matrices and their batch indices (a batch of one is shared)."""
     batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
@@ -17,7 +17,7 @@ def _matmul_operands(iattr, a, x, w, b):
     return x[bx * m * k:(bx + 1) * m * k].reshape(m, k), w[bw * k * n:(bw + 1) * k * n].reshape(k, n), bx, bw
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def matmul_forward(iattr, a, x, w, out):
     m, n = iattr[a + 2], iattr[a + 4]
     for b in range(max(iattr[a], iattr[a + 1])):
@@ -25,7 +25,7 @@ def matmul_forward(iattr, a, x, w, out):
         out[b * m * n:(b + 1) * m * n] = np.dot(X, Wm).ravel()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w):
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
     K = g_out.shape[1]
@@ -50,7 +50,7 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w):
 STACKED_INNER_MAX = 16
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rows_times(Wm, G, GX, m, k, n):
     """GX[i] (k, K) += W (k, n) @ G[i] (n, K) for every row i (the K-column products of matmul's rows)."""
     if n <= STACKED_INNER_MAX:
@@ -59,7 +59,7 @@ def _rows_times(Wm, G, GX, m, k, n):
         _rows_times_each(Wm, G, GX, m, k, n)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rows_times_each(Wm, G, GX, m, k, n):
     """As _rows_times, one BLAS call per row."""
     T = np.empty((k, G.shape[1]), G.dtype)
@@ -68,7 +68,7 @@ def _rows_times_each(Wm, G, GX, m, k, n):
         GX[i * k:(i + 1) * k] += T
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rows_times_stacked(Wm, G, GX, m, k, n):
     """As _rows_times in one BLAS call: the rows' G blocks side by side as (n, m*K), W @ that, added back."""
     K = G.shape[1]
@@ -91,13 +91,13 @@ def _rows_times_stacked(Wm, G, GX, m, k, n):
                 gx[dst + c] += t[src + c]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _swap_leading(block, p, q, K):
     """A [p, q, K] block as a contiguous [q, p * K] matrix (its first two axes swapped)."""
     return np.ascontiguousarray(block.reshape(p, q, K).transpose(1, 0, 2)).reshape(q, p * K)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w):
     """C' += X' W + X W' over K tangent columns."""
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
@@ -113,7 +113,7 @@ def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w):
             _rows_times(np.ascontiguousarray(Wm.T), t_x[bx * m * k:(bx + 1) * m * k], T, m, n, k)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
     """C' += X W' (seeded_w) or X' W where that operand's tangent is the identity's columns
     start..start+K: one entry of the operand per column, so a copy instead of a product."""
@@ -142,7 +142,7 @@ def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
                             t_out[(b * m + i) * n + j, c] += Wm[col[c], j]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def matmul_second(iattr, a, g_out, t_x, t_w, gt_x, gt_w):
     """With both operands active: dX's tangent += G W'^T and dW's tangent += X'^T G (G the one-column cotangent)."""
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
@@ -161,7 +161,7 @@ def matmul_second(iattr, a, g_out, t_x, t_w, gt_x, gt_w):
         GW += _swap_leading(P, n, k, K).reshape(k * n, K)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def solve_forward(iattr, a, A, B, out):
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
     for b in range(batch):
@@ -170,7 +170,7 @@ def solve_forward(iattr, a, A, B, out):
         out[b * n * m:(b + 1) * n * m] = np.linalg.solve(Ab, Bb).ravel()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def solve_reverse(iattr, a, A, y, g_out, g_A, g_B, want_A, want_B):
     """y = A^-1 B: dB = A^-T dY (all K columns in one solve); dA = -dB y^T."""
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
@@ -195,7 +195,7 @@ def solve_reverse(iattr, a, A, y, g_out, g_A, g_B, want_A, want_B):
 # contractions in loops: systems here are small, and every new np.linalg/np.dot signature or
 # literal-argument specialization adds seconds of compile time.
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def solve_tangent(iattr, a, A, y, t_A, t_B, t_out, has_A, has_B):
     """Y = A^-1 B: Y' += A^-1 (B' - A' Y), all K columns in one solve."""
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
@@ -217,7 +217,7 @@ def solve_tangent(iattr, a, A, y, t_A, t_B, t_out, has_A, has_B):
     t_out += solved.reshape(t_out.shape)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def solve_second(iattr, a, A, y, g_out, t_A, t_out, gt_A, gt_B, want_B):
     """With A active, differentiate dB = A^-T G and dA = -dB Y^T along A' and Y' (G the one-column
     cotangent): dB' = A^-T M with M = -A'^T dB (solve_reverse applied to M), and dA' gains -dB Y'^T."""
@@ -245,14 +245,14 @@ def solve_second(iattr, a, A, y, g_out, t_A, t_out, gt_A, gt_B, want_B):
                         gt_A[(b * n + i) * n + j, k] -= d * t_out[(b * n + j) * m + c, k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def inv_forward(iattr, a, A, out):
     batch, n = iattr[a], iattr[a + 1]
     for b in range(batch):
         out[b * n * n:(b + 1) * n * n] = np.linalg.inv(A[b * n * n:(b + 1) * n * n].reshape(n, n)).ravel()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def inv_reverse(iattr, a, y, g_out, g_A):
     """Y = A^-1: dA = -Y^T dY Y^T, one cotangent column at a time."""
     batch, n = iattr[a], iattr[a + 1]
@@ -264,7 +264,7 @@ def inv_reverse(iattr, a, y, g_out, g_A):
             g_A[b * n * n:(b + 1) * n * n, k] -= np.dot(np.dot(Yt, G), Yt).ravel()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _transposed(y, batch, n):
     """The batch of n x n matrices in y, each transposed, flat."""
     out = np.empty(y.size, y.dtype)
@@ -275,13 +275,13 @@ def _transposed(y, batch, n):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def inv_tangent(iattr, a, y, t_A, t_out):
     """Y = A^-1: Y' += -Y A' Y, which is inv_reverse's -Z^T A' Z^T with Z = Y^T."""
     inv_reverse(iattr, a, _transposed(y, iattr[a], iattr[a + 1]), t_A, t_out)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def inv_second(iattr, a, y, g_out, t_A, gt_A):
     """Differentiate dA = -Y^T G Y^T along A' (G the one-column cotangent, Y' = -Y A' Y):
     dA' += Y^T (A'^T Y^T G + G Y^T A'^T) Y^T, which is inv_reverse applied to -(A'^T P + Q A'^T)."""

@@ -6,7 +6,7 @@ from numba import njit
 from .. import opcodes as oc
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def reduce_forward(op, x, out, outer, n, inner):
     for o in range(outer):
         for i in range(inner):
@@ -38,7 +38,7 @@ def reduce_forward(op, x, out, outer, n, inner):
             out[o * inner + i] = acc
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _partials(op, x, y, base, n, inner, d):
     """d[a] = d y / d x[base + a * inner] for one reduced entry y."""
     if op == oc.SUM:
@@ -61,7 +61,7 @@ def _partials(op, x, y, base, n, inner, d):
             d[a] = 1.0 / ties if x[base + a * inner] == y else 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose):
     """The reduction's Jacobian over K columns: out += J in (tangents) or, transposed, in += J^T out
     (cotangents)."""
@@ -81,7 +81,7 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose):
                         out_rows[r, k] += d[a] * in_rows[e, k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def prod_second(x, g_out, t_in, gt_in, outer, n, inner):
     """PROD's second-order term: gt_in[a] += g * d/dt (product of the entries other than a).
 

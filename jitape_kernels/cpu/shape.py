@@ -16,7 +16,7 @@ from numba import njit
 from .. import opcodes as oc
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _strides(dims):
     rank = dims.size
     s = np.ones(rank, np.int64)
@@ -25,7 +25,7 @@ def _strides(dims):
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def affine_map(dims, base, steps):
     """For every index of `dims` in row-major order: base + sum(index[d] * steps[d])."""
     rank = dims.size
@@ -52,7 +52,7 @@ def affine_map(dims, base, steps):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def tile_map(in_dims, out_dims):
     """For every index of out_dims: the row-major offset of (index mod in_dims) in in_dims."""
     rank = out_dims.size
@@ -85,7 +85,7 @@ def tile_map(in_dims, out_dims):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def index_map(op, iattr, a):
     """The map of a rank-generic op. TRANSPOSE/TILE/SLICE map output -> input; PAD maps input -> output."""
     rank = iattr[a]
@@ -109,7 +109,7 @@ def index_map(op, iattr, a):
     return _window_map(third, in_dims, starts, steps)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _window_map(large_dims, small_dims, starts, steps):
     """Offsets in `large_dims` of the window starts + i * steps, for every index i of `small_dims`."""
     large_strides = _strides(large_dims)
@@ -121,7 +121,7 @@ def _window_map(large_dims, small_dims, starts, steps):
     return affine_map(small_dims, base, strides)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def leading_broadcast_block(op, iattr, a):
     """For a TILE that only repeats the whole input along leading axes (a bias over a batch): the
     input size; otherwise 0."""
@@ -142,7 +142,7 @@ def leading_broadcast_block(op, iattr, a):
     return block
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def mapped_forward(op, iattr, a, x, out):
     block = leading_broadcast_block(op, iattr, a)
     if block:
@@ -159,7 +159,7 @@ def mapped_forward(op, iattr, a, x, out):
             out[e] = x[m[e]]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _gather_add(m, src, dst):
     """dst[e] += src[m[e]], rows of K columns."""
     K = dst.shape[1]
@@ -168,7 +168,7 @@ def _gather_add(m, src, dst):
             dst[e, k] += src[m[e], k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _scatter_add(m, src, dst):
     """dst[m[e]] += src[e], rows of K columns."""
     K = dst.shape[1]
@@ -177,7 +177,7 @@ def _scatter_add(m, src, dst):
             dst[m[e], k] += src[e, k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _repeat_add(repeated, single, into_repeated):
     """Between a flat buffer and its repeats (a leading broadcast): repeated[j*n + e] += single[e]
     (into_repeated), else single[e] += repeated[j*n + e]; element loops, no views per repeat."""
@@ -191,7 +191,7 @@ def _repeat_add(repeated, single, into_repeated):
                 single[e] += repeated[start + e]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
     """The op's map over K columns: out += map(in) (tangents; these ops are linear) or, transposed,
     in += map^T(out) (cotangents)."""
@@ -207,7 +207,7 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
         _scatter_add(m, src, dst)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def block_moves(op, iattr, a):
     """PLACE and GATHER as (input start, output start) pairs of contiguous runs of `length` entries."""
     if op == oc.PLACE:
@@ -226,7 +226,7 @@ def block_moves(op, iattr, a):
     return moves, inner
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def moved_forward(op, iattr, a, x, out):
     moves, length = block_moves(op, iattr, a)
     for p in range(moves.shape[0]):
@@ -235,7 +235,7 @@ def moved_forward(op, iattr, a, x, out):
             out[dst + e] = x[src + e]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _add_runs(src, dst, moves, read, write, length):
     """dst[moves[p, write] + e] += src[moves[p, read] + e] for every run p, rows of K columns."""
     K = dst.shape[1]
@@ -246,7 +246,7 @@ def _add_runs(src, dst, moves, read, write, length):
                 dst[d + e, k] += src[s + e, k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def moved_linear(op, iattr, a, out_rows, in_rows, transpose):
     """The runs' copy over K columns: out += moved(in) (tangents) or, transposed, in += the runs of out
     (cotangents)."""

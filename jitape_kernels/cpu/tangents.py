@@ -25,7 +25,7 @@ from .reduction import prod_second, reduce_linear
 from .shape import mapped_linear, moved_linear
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _reads_tangents(op, code, r):
     """Which of instruction r's slots (input 0, input 1, output) its second-order kernel reads tangents of."""
     has0 = code[r, oc.IN0_ADJ] >= 0
@@ -49,7 +49,7 @@ def _reads_tangents(op, code, r):
     return False, False, False
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _tangents_needed(code, slots, target):
     """Per slot: whether its tangent is needed, by the target (target >= 0: a forward-mode Jacobian)
     or by the second-order kernels (target -1), directly or through a later tangent."""
@@ -70,7 +70,7 @@ def _tangents_needed(code, slots, target):
     return needed
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_start, target):
     """Fill the K tangent columns y' = sum_i J_i x_i' of the outputs whose tangents are needed, in
     program order: toward `target` (a slot: forward-mode Jacobians) or, with target -1, those the
@@ -139,7 +139,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_star
             inv_tangent(iattr, a, y, t0, t_out)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent):
     """Instruction r's second-order kernel; adjoint is the one-column cotangent buffer."""
     g = adjoint.reshape(adjoint.size)
@@ -187,7 +187,7 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
         solve_second(iattr, a, x, y, adjoint[go:go + size], t0, tangent[go:go + size], gt0, gt1, j1 >= 0)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _second_order_inputs(op, code, r):
     """Which inputs (0, 1) instruction r's second-order kernel adds to: those whose tangents it reads,
     and B of a SOLVE whose A is active."""
@@ -197,7 +197,7 @@ def _second_order_inputs(op, code, r):
     return t0, t1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _first_write(code, r, c, slots, written, adjoint_tangent):
     """Zero the rows of instruction r's input in column c before anything is first added to them."""
     s = code[r, c]
@@ -207,7 +207,7 @@ def _first_write(code, r, c, slots, written, adjoint_tangent):
         written[s] = True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent):
     """Accumulate the tangents of the cotangents, last instruction first; returns, per slot, whether
     its rows of adjoint_tangent were written (rows never written hold no values: read them as zeros).
