@@ -92,13 +92,17 @@ def _source_rows(program, i):
 
 
 def _seed_source_rows(tangent, rows, batch, features, entry, column, count):
-    """Zero each block of source rows (`batch` x `features` entries, one per adjoint row start in `rows`)
-    and set the identity's entries (entry + i, column + i) for i < count in each of its batch parts."""
-    for row in rows:
-        block = tangent[row:row + batch * features]
-        block[:] = 0
-        if count > 0:
-            _seed_identity(block, batch, features, entry, column, count)
+    """In each block of source rows (`batch` x `features` entries, one per adjoint row start in `rows`),
+    already zeroed, set the identity's entries (entry + i, column + i) for i < count in each batch part."""
+    if count > 0:
+        for row in rows:
+            _seed_identity(tangent[row:row + batch * features], batch, features, entry, column, count)
+
+
+def _zero_source_rows(program, tangent):
+    """Zero the tangent rows of every source (a source listed twice shares its rows: seed after this)."""
+    for s in _seeded_slots(program).tolist():
+        tangent[program.adjoint_rows[s]:program.adjoint_rows[s] + program.slots[s, oc.SIZE]] = 0
 
 
 def _tangent_buffer(program, k):
@@ -106,9 +110,15 @@ def _tangent_buffer(program, k):
     return _workspace.take("tangent", program.adjoint_size * k, program.dtype).reshape(-1, k)
 
 
+def _seeded_slots(program):
+    """The slots whose tangent rows hold seeds: the sources and their earlier values, where active."""
+    slots = [s for i in range(len(program.sources)) for s in _source_slots(program, i)]
+    return np.array(slots, np.int64)
+
+
 def _tangent_sweep(program, tangent, seed_row=-1, seed_start=0, target=-1):
     tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
-                  seed_row, seed_start, target)
+                  _seeded_slots(program), seed_row, seed_start, target)
     return tangent
 
 
@@ -163,8 +173,10 @@ def source_jacobians(tape, target, sources, mode=None):
     rows = [_source_rows(program, i) for i in range(len(sources))]
     columns = sum(s.size for s, r in zip(sources, rows) if r)
     target_row = _target_row(program)
-    if target_row < 0 or not columns:
+    if target_row < 0:
         return [None] * len(sources)
+    if n == 0 or columns == 0:      # connected, but a target or source without entries: empty Jacobians
+        return [np.zeros((n, s.size), s.dtype) if r else None for s, r in zip(sources, rows)]
     if mode == "forward" or (mode is None and columns < n):
         return _forward_jacobians(program, target_row, n, sources, rows, columns)
     chunk = _columns_per_sweep(program, n)
@@ -190,6 +202,7 @@ def _forward_jacobians(program, target_row, n, sources, rows, columns):
     for start in range(0, columns, chunk):
         k = min(chunk, columns - start)
         tangent = _tangent_buffer(program, k)
+        _zero_source_rows(program, tangent)
         spans = []
         offset = 0
         for s, source_rows in zip(sources, rows):
@@ -227,6 +240,7 @@ def source_hessian(tape, target, source, directions=None):
         k = min(chunk, total - start)
         tangent = _tangent_buffer(program, k)
         if directions is None:
+            _zero_source_rows(program, tangent)
             _seed_source_rows(tangent, rows, 1, n, start, 0, k)
         else:
             for row in rows:
@@ -246,7 +260,8 @@ def source_hessian(tape, target, source, directions=None):
 
 def check_rows(program, batch, method):
     """Raise ValueError naming the first instruction that makes a batch row depend on another row."""
-    bad = first_row_mixing(program.code, program.slots, program.iattr, batch)
+    bad = first_row_mixing(program.code, program.slots, program.iattr, batch, _seeded_slots(program),
+                           program.targets[0])
     if bad >= 0:
         name = oc.NAMES[program.code[bad, oc.OP]]
         raise ValueError(f"{method}: instruction {bad} of the program mixes rows of the batch (op {name}):\n"
@@ -272,6 +287,7 @@ def source_batch_jacobian(tape, target, source):
         k = min(chunk, total - start)
         if forward:
             tangent = _tangent_buffer(program, k)
+            _zero_source_rows(program, tangent)
             _seed_source_rows(tangent, rows, batch, per_row, start, 0, k)
             _tangent_sweep(program, tangent, target=program.targets[0])
             result[:, :, start:start + k] = tangent[target_row:target_row + target.size].reshape(batch, features, k)
@@ -287,7 +303,7 @@ def per_example_program(tape, target, sources):
     program = lower(tape, [target], sources, _arena)
     batch = target.shape[0]
     plan = per_example_plan(program.code, program.slots, program.iattr, program.adjoint_rows, batch)
-    bad, rows = plan[0], plan[-1]
+    bad, layouts = plan[0], plan[-1]
     if bad >= 0:
         name = oc.NAMES[program.code[bad, oc.OP]]
         raise ValueError(f"per_example_gradients: instruction {bad} of the program (op {name}) mixes rows of "
@@ -296,7 +312,7 @@ def per_example_program(tape, target, sources):
     t = program.targets[0]
     if t < 0 or program.adjoint_rows[t] < 0:
         return None
-    if not rows[t]:
+    if layouts[t] != target.size // batch:
         raise ValueError(f"per_example_gradients: the target of shape {target.shape} does not depend on "
                          f"batch data with {batch} rows (no input with that leading dimension reaches it)")
     return program, plan
@@ -311,16 +327,16 @@ def source_per_example_gradients(tape, target, sources):
     planned = per_example_program(tape, target, sources)
     if planned is None:
         return [None] * len(sources)
-    program, (_, code, modes, n_row, n_param, local, rows) = planned
+    program, (_, code, modes, n_row, n_param, local, layouts) = planned
     row_adjoint = np.zeros((n_row, 1), program.dtype)
     param_adjoint = np.zeros((n_param, target.shape[0]), program.dtype)
     t = program.targets[0]
     row_adjoint[local[t]:local[t] + target.size] = 1     # each example's loss, summed over its other axes
-    per_example_sweep(code, modes, program.slots, program.iattr, program.fattr, program.arena,
+    per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr, program.arena,
                       row_adjoint, param_adjoint)
     grads = []
     for s, slot, aliases in zip(sources, program.sources, program.source_aliases):
         parts = [param_adjoint[local[k]:local[k] + s.size] for k in (slot, *aliases.tolist())
-                 if k >= 0 and local[k] >= 0 and not rows[k]]
+                 if k >= 0 and local[k] >= 0 and layouts[k] < 0]
         grads.append(sum(parts[1:], parts[0]).T.astype(s.dtype) if parts else None)
     return grads

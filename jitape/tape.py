@@ -170,9 +170,10 @@ class GradientTape:
         v = t._value
         shape = v.shape
         is_float64 = v.dtype.itemsize == 8
+        row = _SCALAR_ROWS[is_float64] if shape == () else _slot_row(shape, is_float64)   # may raise: before any change
         slot = len(self._values)
         self._values.append(v)
-        self._slot_rows.extend(_SCALAR_ROWS[is_float64] if shape == () else _slot_row(shape, is_float64))
+        self._slot_rows.extend(row)
         self._slot_of[t._id] = slot
         return slot
 
@@ -218,6 +219,20 @@ class GradientTape:
         self._tracked.add(out._id)
 
     # -- differentiation -------------------------------------------------------------------
+    def _must_record(self, seeds=()):
+        """Whether a recording tape tracks a tensor this tape's derivatives read (a recorded value or a seed):
+        only then must the derivative be recorded with the Python VJPs; otherwise the compiled sweep gives the
+        same numbers and records nothing either."""
+        slot_of = self._slot_of
+        for tape in _state.recording:
+            tracked = tape._tracked
+            if any(isinstance(s, Tensor) and s._id in tracked for s in seeds):
+                return True
+            small, large = (tracked, slot_of) if len(tracked) <= len(slot_of) else (slot_of, tracked)
+            if any(i in large for i in small):
+                return True
+        return False
+
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=UnconnectedGradients.NONE):
         """d(sum of target)/d(sources), shaped like `sources`.
@@ -238,7 +253,7 @@ class GradientTape:
             else:
                 warnings.warn(f"GradientTape.gradient: the dtype of the source tensor must be floating "
                               f"(float32 or float64), got {s.dtype}; its gradient is None", stacklevel=2)
-        if _state.recording:
+        if self._must_record(seeds):
             found = self._gradient_recorded(targets, seeds, float_sources)
         else:
             from .execute import source_gradients
@@ -301,7 +316,7 @@ class GradientTape:
         if target.dtype.kind != "f":
             raise TypeError(f"GradientTape.jacobian: target must be float32 or float64, got {target.dtype}")
         flat_sources = _source_list(sources, "jacobian")
-        if _state.recording:
+        if self._must_record():
             found = self._jacobian_recorded(target, flat_sources)
         else:
             from .execute import source_jacobians
@@ -318,6 +333,10 @@ class GradientTape:
     def _jacobian_recorded(self, target, sources):
         """One recorded VJP per target entry, stacked: the Jacobian is itself differentiable."""
         from .ops import reshape, stack
+        if target.size == 0:        # no rows to stack: a zero seed says which sources are connected
+            found = self._gradient_recorded([target], [np.zeros(target.shape, target.dtype)], sources)
+            return [None if g is None else Tensor(np.zeros(target.shape + s.shape, s.dtype))
+                    for s, g in zip(sources, found)]
         rows = []
         for i in range(target.size):
             seed = np.zeros(target.size, target.dtype)
@@ -345,27 +364,22 @@ class GradientTape:
             raise RuntimeError("GradientTape.batch_jacobian can only be called once on non-persistent tapes.")
         unconnected = _unconnected_mode(unconnected_gradients)
         for what, t in (("target", target), ("source", source)):
-            if not isinstance(t, Tensor) or t.dtype.kind != "f" or t.ndim < 1:
-                raise TypeError(f"GradientTape.batch_jacobian: {what} must be a float Tensor of rank >= 1, "
-                                f"got {t!r}")
+            if not isinstance(t, Tensor) or t.dtype.kind != "f":
+                raise TypeError(f"GradientTape.batch_jacobian: {what} must be a float Tensor, got {t!r}")
+            if t.ndim < 1:
+                raise ValueError(f"GradientTape.batch_jacobian: {what} must have rank >= 1 (a leading batch "
+                                 f"axis), got shape {t.shape}")
         if target.shape[0] != source.shape[0]:
             raise ValueError(f"GradientTape.batch_jacobian: the first dimensions of target {target.shape} and "
                              f"source {source.shape} must match")
         shape = target.shape + source.shape[1:]
-        if _state.recording:
+        if target.shape[0] == 0:
+            full = Tensor(np.zeros(shape, source.dtype))
+        elif self._must_record():
             from .execute import check_rows
-            from .ops import gather, reshape
             from .program import lower
             check_rows(lower(self, [target], [source]), target.shape[0], "batch_jacobian")
-            (full,) = self._jacobian_recorded(target, [source])
-            if full is not None:
-                # keep the diagonal blocks [b, f, b, s] of the full Jacobian [B, F, B, S]
-                batch, features, per_row = target.shape[0], target.size // target.shape[0], source.size // source.shape[0]
-                b = np.arange(batch)[:, None, None]
-                f = np.arange(features)[None, :, None]
-                s = np.arange(per_row)[None, None, :]
-                diagonal = ((b * features + f) * batch + b) * per_row + s
-                full = reshape(gather(reshape(full, (-1,)), diagonal.reshape(-1)), shape)
+            full = self._batch_jacobian_recorded(target, source, shape)
         else:
             from .execute import source_batch_jacobian
             value = source_batch_jacobian(self, target, source)
@@ -374,6 +388,24 @@ class GradientTape:
             full = Tensor(np.zeros(shape, source.dtype))
         self._release_if_used_up()
         return full
+
+    def _batch_jacobian_recorded(self, target, source, shape):
+        """One recorded VJP per target feature, its seed shared by the rows (rows are independent: checked),
+        so B rows cost no more passes than one."""
+        from .ops import concat, reshape
+        batch = target.shape[0]
+        features = target.size // batch
+        columns = []
+        for f in range(features):
+            seed = np.zeros((batch, features), target.dtype)
+            seed[:, f] = 1
+            (g,) = self._gradient_recorded([target], [seed.reshape(target.shape)], [source])
+            if g is None:
+                return None
+            columns.append(reshape(g, (batch, 1, -1)))
+        if not columns:
+            return Tensor(np.zeros(shape, source.dtype))
+        return reshape(concat(columns, axis=1), shape)
 
     def per_example_gradients(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE):
         """Gradients of each example's loss: target has a leading batch axis (B,) or (B, ...), summed over
@@ -401,12 +433,10 @@ class GradientTape:
                             f"batch axis, got {target!r}")
         flat_sources = _source_list(sources, "per_example_gradients")
         batch = target.shape[0]
-        if _state.recording:
-            from .execute import per_example_program
-            from .ops import reduce_sum
-            per_example_program(self, target, flat_sources)      # the same checks as the compiled path
-            found = [None if j is None else reduce_sum(j, tuple(range(1, target.ndim))) if target.ndim > 1 else j
-                     for j in self._jacobian_recorded(target, flat_sources)]
+        if batch == 0:
+            found = [Tensor(np.zeros((0,) + s.shape, s.dtype)) for s in flat_sources]
+        elif self._must_record():
+            found = self._per_example_recorded(target, flat_sources)
         else:
             from .execute import source_per_example_gradients
             found = [None if g is None else Tensor(g.reshape((batch,) + s.shape))
@@ -418,6 +448,70 @@ class GradientTape:
             results.append(g)
         self._release_if_used_up()
         return nest.pack_like(sources, results)
+
+    def _per_example_recorded(self, target, sources):
+        """Per-example gradients with recorded VJPs, in passes that do not grow with B: one pass gives the
+        row cotangents at the junctions where rows meet parameters (rows are independent, so row b's cotangent
+        is example b's); each example's share there is a batched op; a parameter computed from a source by
+        parameter-only ops adds the recorded Jacobian of that computation (its size in passes)."""
+        from jitape_kernels.cpu.batch import JUNCTION
+        from .execute import per_example_program
+        from .ops import add, matmul, reshape
+        planned = per_example_program(self, target, sources)       # the compiled path's checks and plan
+        if planned is None:
+            return [None] * len(sources)
+        program, (_, _, modes, _, _, _, layouts) = planned
+        batch = target.shape[0]
+        tensors = {self._slot_of[t._id]: t for _, inputs, out, _ in self._records for t in (*inputs, out)
+                   if not t._is_variable}
+        junctions = [r for r in range(len(program)) if modes[r] == JUNCTION]
+        outs = [tensors[program.code[r, oc.OUT]] for r in junctions]
+        cotangents = self._gradient_recorded([target], [np.ones(target.shape, target.dtype)], outs)
+        owner = {int(s): i for i, src in enumerate(program.sources)
+                 for s in (src, *program.source_aliases[i].tolist()) if s >= 0}
+        results = [None] * len(sources)
+        for r, g in zip(junctions, cotangents):
+            if g is None:
+                continue
+            param = int(program.code[r, oc.IN0 if program.code[r, oc.OP] == oc.TILE else oc.IN1])
+            shares = self._junction_shares(program, r, g, tensors, layouts, batch)
+            if param in owner:
+                i = owner[param]
+                share = reshape(shares, (batch,) + sources[i].shape)
+                results[i] = share if results[i] is None else add(results[i], share)
+                continue
+            computed = tensors[param]
+            for i, s in enumerate(sources):
+                (jac,) = self._jacobian_recorded(computed, [s])
+                if jac is not None:
+                    share = reshape(matmul(shares, reshape(jac, (computed.size, s.size))), (batch,) + s.shape)
+                    results[i] = share if results[i] is None else add(results[i], share)
+        return results
+
+    def _junction_shares(self, program, r, g, tensors, layouts, batch):
+        """[B, parameter size]: each example's share of the parameter cotangent at junction r, whose output
+        cotangent is g; recorded ops."""
+        from jitape_kernels.cpu.shape import leading_broadcast_block
+        from .ops import matmul, reduce_sum, reshape
+        code, iattr = program.code, program.iattr
+        a = code[r, oc.ATTR]
+        if code[r, oc.OP] == oc.TILE:
+            block = leading_broadcast_block(oc.TILE, iattr, a)
+            return reduce_sum(reshape(g, (batch, -1, block)), axis=1)
+        batch_a, batch_b, m, k, n = (int(v) for v in iattr[a:a + 5])
+        x = tensors[code[r, oc.IN0]]
+        if layouts[code[r, oc.IN0]] * batch != x.size or batch_b not in (1, batch_a):
+            raise ValueError(f"per_example_gradients under a recording tape: instruction {r} of the program "
+                             f"meets a parameter in a layout not supported on the recorded path:\n"
+                             f"{program.instruction(r)}")
+        if batch_b == 1:
+            rows = batch_a * m // batch
+            shares = matmul(reshape(x, (batch, rows, k)), reshape(g, (batch, rows, n)), transpose_a=True)
+            return reshape(shares, (batch, k * n))
+        blocks = matmul(reshape(x, (batch_a, m, k)), reshape(g, (batch_a, m, n)), transpose_a=True)
+        example = np.arange(batch_a) // (batch_a // batch)
+        mask = (example[None, :] == np.arange(batch)[:, None]).astype(g.dtype)[:, :, None]
+        return reshape(reshape(blocks, (1, batch_a, k * n)) * mask, (batch, batch_a * k * n))
 
     def _check_hessian(self, target, source):
         if self._used:
@@ -470,7 +564,7 @@ class GradientTape:
                [ 0., 12.]], dtype=float32)
         """
         self._check_hessian(target, source)
-        if _state.recording:
+        if self._must_record():
             copy, grad = self._recording_of_gradient(target, source)
             result = None if grad is None else copy.jacobian(grad, source, UnconnectedGradients.ZERO)
         else:
@@ -485,7 +579,7 @@ class GradientTape:
         self._check_hessian(target, source)
         v = _checked_seed(v, source, "GradientTape.hessian_vector_product: v", "the source's")
         v = v if isinstance(v, Tensor) else Tensor(v[()])
-        if _state.recording:
+        if self._must_record([v]):
             copy, grad = self._recording_of_gradient(target, source)
             result = None if grad is None else copy.gradient(grad, source, output_gradients=v,
                                                              unconnected_gradients=UnconnectedGradients.ZERO)

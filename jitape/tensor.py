@@ -150,6 +150,17 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(len(self)))
 
+    # Identity: a tape keys records on _id, so no two objects may share one. A Tensor is immutable, so
+    # copies are the tensor itself (as TensorFlow's); unpickling makes a new tensor with a new id.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return Tensor, (np.array(self._value)[()],)
+
     def __repr__(self):
         v = self._value
         text = str(v) if v.ndim == 0 else "\n" + np.array2string(v)
@@ -207,6 +218,16 @@ class Variable(Tensor):
     def read_value(self):
         return Tensor(self._value)
 
+    # copy.copy is the variable itself (TensorFlow's rule); a deep copy or an unpickled variable is a new
+    # variable (its own id) holding a copy of the value.
+    def __deepcopy__(self, memo):
+        new = Variable(np.array(self._value), self.trainable, self.name)
+        memo[id(self)] = new
+        return new
+
+    def __reduce__(self):
+        return Variable, (np.array(self._value), self.trainable, self.name)
+
     def __repr__(self):
         v = self._value
         return (f"<jitape.Variable '{self.name}' shape={v.shape} dtype={v.dtype.name}, "
@@ -233,6 +254,9 @@ def constant(value, dtype=None, shape=None, name=None):
     >>> jt.constant(3.0)
     jitape.Tensor(3.0, shape=(), dtype=float32)
     """
+    if isinstance(value, (list, tuple)) and _holds_tensor(value):
+        packed = _pack(value, dtype)
+        return packed if shape is None else _reshaped(packed, shape)
     v = to_numpy(value, dtype)
     if shape is not None:
         v = _canonical(np.broadcast_to(v, tuple(shape)).copy() if np.ndim(v) == 0 else np.reshape(v, shape))
@@ -240,7 +264,43 @@ def constant(value, dtype=None, shape=None, name=None):
 
 
 def convert_to_tensor(value, dtype=None):
-    """`value` as a Tensor (returned unchanged when it already is one of the right dtype)."""
+    """`value` as a Tensor (returned unchanged when it already is one of the right dtype); a nest holding
+    tensors is packed with recorded ops, so gradients flow through it."""
     if isinstance(value, Tensor) and (dtype is None or value._value.dtype == np.dtype(dtype)):
         return value
+    if isinstance(value, (list, tuple)) and _holds_tensor(value):
+        return _pack(value, dtype)
     return Tensor(to_numpy(value, dtype))
+
+
+def _holds_tensor(nest):
+    return any(isinstance(v, Tensor) or isinstance(v, (list, tuple)) and _holds_tensor(v) for v in nest)
+
+
+def _pack(nest, dtype):
+    """A nest of tensors and numbers as one Tensor built by recorded ops (TensorFlow packs with tf.stack):
+    numbers take the dtype of the tensors in the nest (weak typing) unless `dtype` is given."""
+    from .ops import cast, stack
+    if dtype is None:
+        dtypes = {t.dtype for t in _leaves(nest) if isinstance(t, Tensor)}
+        dtype = np.result_type(*dtypes) if dtypes else None
+
+    def pack(v):
+        if isinstance(v, (list, tuple)):
+            return stack([pack(e) for e in v])
+        t = v if isinstance(v, Tensor) else Tensor(to_numpy(v, dtype))
+        return t if dtype is None or t.dtype == dtype else cast(t, dtype)
+    return pack(nest)
+
+
+def _leaves(nest):
+    for v in nest:
+        if isinstance(v, (list, tuple)):
+            yield from _leaves(v)
+        else:
+            yield v
+
+
+def _reshaped(t, shape):
+    from .ops import reshape
+    return reshape(t, tuple(shape))

@@ -63,7 +63,8 @@ def test_random_programs_agree_on_both_paths_and_with_finite_differences(steps, 
             pool.append(_apply(step, s, pool))
         loss = jt.reduce_sum(pool[-1] * ct)
     compiled = tape.gradient(loss, inputs, unconnected_gradients="zero")
-    with jt.GradientTape():
+    with jt.GradientTape() as enclosing:      # watching the inputs selects the recorded path
+        enclosing.watch(inputs)
         recorded = tape.gradient(loss, inputs, unconnected_gradients="zero")
     h = 1e-6
     for k, v in enumerate(values):

@@ -889,7 +889,8 @@ def test_gradient_sums_over_reads_of_a_variable_assigned_mid_tape():
     assert float(tape.gradient(total, v)) == 8.0      # TF 2.21: 8.0 (2 from the first read, 6 from the second)
     assert float(tape.gradient(y1, v)) == 2.0
     assert float(tape.gradient(y2, v)) == 6.0
-    with jt.GradientTape():                            # the recorded (Python VJP) path agrees
+    with jt.GradientTape() as enclosing:               # the recorded (Python VJP) path agrees
+        enclosing.watch(v)
         assert float(tape.gradient(total, v)) == 8.0
 
 

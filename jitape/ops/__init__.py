@@ -55,12 +55,69 @@ _UFUNCS = {
 }
 
 
+# ufuncs whose results are locally constant (no gradient, as in TensorFlow): computed on the values
+_CONSTANT_UFUNCS = {
+    np.floor, np.ceil, np.rint, np.trunc, np.isnan, np.isinf, np.isfinite, np.signbit, np.logical_and,
+    np.logical_or, np.logical_xor, np.logical_not, np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert,
+    np.left_shift, np.right_shift, np.floor_divide, np.heaviside, np.isnat, np.spacing,
+}
+# differentiable ufuncs without a jitape mapping: the error names what to write instead
+_UFUNC_HINTS = {
+    np.cbrt: "jt.sign(x) * jt.abs(x) ** (1 / 3)", np.exp2: "jt.pow(2.0, x)", np.reciprocal: "1 / x",
+    np.hypot: "jt.sqrt(x * x + y * y)", np.logaddexp: "jt.reduce_logsumexp(jt.stack([x, y]), axis=0)",
+    np.fmax: "jt.maximum", np.fmin: "jt.minimum",
+}
+
+
+_UFUNC_METHODS = {
+    (np.add, "reduce"): lambda a, axis=0, dtype=None, keepdims=False, **_: reduce_sum(a, axis, keepdims),
+    (np.multiply, "reduce"): lambda a, axis=0, dtype=None, keepdims=False, **_: reduce_prod(a, axis, keepdims),
+    (np.maximum, "reduce"): lambda a, axis=0, dtype=None, keepdims=False, **_: reduce_max(a, axis, keepdims),
+    (np.minimum, "reduce"): lambda a, axis=0, dtype=None, keepdims=False, **_: reduce_min(a, axis, keepdims),
+}
+
+
+def _untracked(name, inputs, hint=None):
+    """The TypeError for numpy code on float tensors that no tape could record."""
+    fix = f"use {hint}" if hint else "use the jitape op of the same name (jt.math, jt.linalg, jt.nn)"
+    return TypeError(f"numpy.{name} on a jitape tensor is not recorded by GradientTape, so its gradient would be "
+                     f"silently lost; {fix}, or call it on np.asarray(tensor) to compute without gradients")
+
+
+def _floats(args):
+    """Whether a float Tensor is among args (one level of lists/tuples deep, as numpy's sequences)."""
+    for x in args:
+        if isinstance(x, Tensor) and x._value.dtype.kind == "f":
+            return True
+        if isinstance(x, (list, tuple)) and _floats(x):
+            return True
+    return False
+
+
+def _values(x):
+    if isinstance(x, Tensor):
+        return np.asarray(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_values(v) for v in x)
+    return x
+
+
+def _as_result(value):
+    """A numpy function's result: arrays become (unrecorded) tensors; scalars, tuples and shapes stay as they are."""
+    return Tensor(value) if isinstance(value, np.ndarray) else value
+
+
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
-    fn = _UFUNCS.get(ufunc)
-    if method != "__call__" or fn is None or kwargs.get("out") is not None:
-        arrays = [np.asarray(x) if isinstance(x, Tensor) else x for x in inputs]
-        return getattr(ufunc, method)(*arrays, **kwargs)
-    return fn(*inputs)
+    fn = _UFUNCS.get(ufunc) if method == "__call__" else _UFUNC_METHODS.get((ufunc, method))
+    if fn is not None and "out" not in kwargs and "where" not in kwargs:
+        return fn(*inputs) if method == "__call__" else fn(*inputs, **kwargs)
+    if any(isinstance(o, Tensor) for o in kwargs.get("out") or ()):
+        raise TypeError(f"numpy.{ufunc.__name__}: jitape tensors are immutable and cannot be an `out=` argument")
+    if ufunc in _CONSTANT_UFUNCS or not _floats(inputs):
+        result = getattr(ufunc, method)(*_values(inputs), **kwargs)
+        return Tensor(np.asarray(result)[()]) if isinstance(result, (np.ndarray, np.generic)) else result
+    name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+    raise _untracked(name, inputs, _UFUNC_HINTS.get(ufunc))
 
 
 def _axis_kw(fn):
@@ -86,17 +143,24 @@ _FUNCTIONS = {
 }
 
 
+# numpy functions whose results do not depend differentiably on the values (shapes, tests, indices, masks,
+# fresh arrays of a shape): computed on the values
+_VALUE_FUNCTIONS = {
+    np.shape, np.ndim, np.size, np.result_type, np.allclose, np.isclose, np.array_equal, np.array_equiv,
+    np.count_nonzero, np.nonzero, np.flatnonzero, np.argwhere, np.any, np.all, np.iscomplexobj,
+    np.isrealobj, np.isreal, np.iscomplex, np.searchsorted, np.may_share_memory, np.shares_memory,
+    np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.array_repr, np.array_str, np.array2string,
+    np.round, np.around, np.fix, np.argmax, np.argmin, np.argsort, np.min_scalar_type, np.can_cast,
+}
+
+
 def _array_function(self, func, types, args, kwargs):
     fn = _FUNCTIONS.get(func)
-    if fn is None:
-        def unwrap(x):
-            if isinstance(x, Tensor):
-                return np.asarray(x)
-            if isinstance(x, (list, tuple)):
-                return type(x)(unwrap(v) for v in x)
-            return x
-        return func(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()})
-    return fn(*args, **kwargs)
+    if fn is not None:
+        return fn(*args, **kwargs)
+    if func in _VALUE_FUNCTIONS or not (_floats(args) or _floats(kwargs.values())):
+        return _as_result(func(*_values(args), **{k: _values(v) for k, v in kwargs.items()}))
+    raise _untracked(func.__name__, args)
 
 
 _install_operators()

@@ -6,6 +6,8 @@ inherit their derivatives on every path.
 """
 import numpy as np
 
+from jitape_kernels.opcodes import MAXRANK
+
 from ..tape import _state, recording_tapes
 from ..tensor import Tensor, to_numpy
 
@@ -49,17 +51,32 @@ def non_differentiable(fn):
 def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
     """Wrap `value` (already computed by prim.forward) and record it on every tape that tracks an input."""
     out = Tensor(value)
-    for tape in _state.recording:
-        tape._record(prim, inputs, out, params, prim.opcode, iblock, fblock)
+    tapes = _state.recording
+    if tapes:
+        _check_recordable(prim, inputs, value)
+        for tape in tapes:
+            tape._record(prim, inputs, out, params, prim.opcode, iblock, fblock)
     return out
 
 
 def emit_rows(prim, inputs, value, params, rows):
     """As emit, for an op that lowers to several instructions (concat)."""
     out = Tensor(value)
-    for tape in recording_tapes():
-        tape._record_rows(prim, inputs, out, params, rows)
+    tapes = recording_tapes()
+    if tapes:
+        _check_recordable(prim, inputs, value)
+        for tape in tapes:
+            tape._record_rows(prim, inputs, out, params, rows)
     return out
+
+
+def _check_recordable(prim, inputs, value):
+    """Refuse, before any tape records anything, values a Program cannot hold: an op that raises leaves
+    every tape as it was."""
+    if value.ndim > MAXRANK or any(t._value.ndim > MAXRANK for t in inputs):
+        shapes = [t.shape for t in inputs]
+        raise ValueError(f"{prim.name}: jitape records tensors of rank at most {MAXRANK}; inputs have shapes "
+                         f"{shapes} and the result has shape {value.shape}")
 
 
 # -- conversions ----------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def _parse_einsum(equation, shapes):
         if "..." in t:
             k = len(s) - len(t.replace("...", ""))
             t = t.replace("...", ell[ell_rank - k:])
-        if len(t) != len(s) or not t.isalpha():
+        if len(t) != len(s) or t and not t.isalpha():     # "" is a 0-d operand's subscripts
             raise ValueError(f"einsum: subscripts {t!r} do not match operand shape {s}")
         subs.append(t)
     if arrow:

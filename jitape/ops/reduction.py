@@ -134,8 +134,11 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None):
     """log(sum(exp(x))) over `axis`, shifted by the maximum for stability."""
     x = float_tensor(input_tensor, "reduce_logsumexp")
     axes = reduction_axes(axis, x.ndim, "reduce_logsumexp")
-    peak = reduce_max(x, axes, keepdims=True)._value
-    peak = Tensor(np.where(np.isfinite(peak), peak, 0).astype(x.dtype)[()])
+    if x.size == 0:         # an empty axis: log(0) = -inf, as numpy's; no maximum to shift by
+        peak = Tensor(np.zeros([1 if i in axes else d for i, d in enumerate(x.shape)], x.dtype))
+    else:
+        peak = reduce_max(x, axes, keepdims=True)._value
+        peak = Tensor(np.where(np.isfinite(peak), peak, 0).astype(x.dtype)[()])
     total = _ew.log(reduce_sum(_ew.exp(x - peak), axes, keepdims=True)) + peak
     return total if keepdims else _shape.reshape(total, tuple(d for i, d in enumerate(x.shape) if i not in axes))
 

@@ -128,7 +128,7 @@ def _tile_vjp(g, out, ins, params, w):
     in_dims, reps = params
     split, axes = [], []
     for d, r in zip(in_dims, reps):
-        if r > 1:
+        if r != 1:          # repeated, or broadcast to size 0 (a sum over no copies)
             axes.append(len(split))
             split.append(r)
         split.append(d)
@@ -246,10 +246,10 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
         if out_shape == x.shape:
             return x
         out = _emit_pad(x, tuple(int(b) for b in p[:, 0]), (1,) * x.ndim, out_shape)
-        if constant_values:
-            border = np.full(out_shape, constant_values, x.dtype)
+        if isinstance(constant_values, Tensor) or constant_values:
+            border = np.ones(out_shape, x.dtype)
             border[_window(p[:, 0], (1,) * x.ndim, x.shape)] = 0
-            out = out + Tensor(border)
+            out = out + Tensor(border) * constant_values       # recorded: a tensor fill value gets its gradient
         return out
     if mode not in ("REFLECT", "SYMMETRIC"):
         raise ValueError(f"pad: mode must be 'CONSTANT', 'REFLECT' or 'SYMMETRIC', got {mode!r}")
@@ -439,8 +439,6 @@ def getitem(x, key):
         dim += 1
     if len(advanced) > 1:
         raise IndexError("jitape supports one array (advanced) index per subscript; index in steps instead")
-    if any(c == 0 for c in counts):
-        return Tensor(np.zeros(out_shape, x.dtype))
     y = strided_slice(x, starts, steps, counts)
     if advanced:
         d, arr = advanced[0]

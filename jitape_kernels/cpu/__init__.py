@@ -33,7 +33,8 @@ def warmup_steps():
     steps = [("plan", lambda: plan(np.zeros((0, 6), np.int64), np.zeros((0, 3 + oc.MAXRANK), np.int64),
                                    np.zeros(0, np.int64), np.zeros(0, np.int64))),
              ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),
-                                                           np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 1)),
+                                                           np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 2,
+                                                           np.zeros(0, np.int64), -1)),
              ("per_example_plan", lambda: per_example_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
                                                            np.zeros(0, np.int64), np.zeros(0, np.int64), 1))]
     for dtype in (np.float32, np.float64):
@@ -42,10 +43,11 @@ def warmup_steps():
         steps.append((f"reverse_sweep[{name}]",
                       lambda d=dtype: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d))))
         steps.append((f"per_example_sweep[{name}]", lambda d=dtype: per_example_sweep(
-            np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
+            np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
             np.zeros((0, 1), d), np.zeros((0, 1), d))))
         steps.append((f"tangent_sweep[{name}]",
-                      lambda d=dtype: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), -1, 0, -1)))
+                      lambda d=dtype: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
+                                                  -1, 0, -1)))
         steps.append((f"second_order_sweep[{name}]", lambda d=dtype: second_order_sweep(
             *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d))))
         steps.append((f"optimizers[{name}]", lambda d=dtype: _optimizer_steps(d)))

@@ -313,13 +313,15 @@ def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b):
     for i in range(a.size):
         aa, ab, ba, bb = binary_second_partials(op, a[i], b[i], y[i])
         g = float(g_out[i])
+        # a term is skipped, not multiplied by zero, when its partial is structurally zero (MUL's aa, bb) or its
+        # input has no tangent: 0 * inf would turn an infinite Hessian into nan
+        use_aa, use_ab = has_a and aa != 0, has_b and ab != 0
+        use_ba, use_bb = has_a and ba != 0, has_b and bb != 0
         for k in range(K):
-            ta = t_a[i, k] if has_a else 0.0
-            tb = t_b[i, k] if has_b else 0.0
             if has_a:
-                gt_a[i, k] += g * (aa * ta + ab * tb)
+                gt_a[i, k] += g * ((aa * t_a[i, k] if use_aa else 0.0) + (ab * t_b[i, k] if use_ab else 0.0))
             if has_b:
-                gt_b[i, k] += g * (ba * ta + bb * tb)
+                gt_b[i, k] += g * ((ba * t_a[i, k] if use_ba else 0.0) + (bb * t_b[i, k] if use_bb else 0.0))
 
 
 @njit(cache=True, error_model="numpy")

@@ -45,6 +45,8 @@ def _partials(op, x, y, base, n, inner, d):
         d[:] = 1.0
     elif op == oc.PROD:
         # product of all other entries, by suffix then prefix products: exact with zeros
+        if n == 0:
+            return
         d[n - 1] = 1.0
         for a in range(n - 2, -1, -1):
             d[a] = d[a + 1] * x[base + (a + 1) * inner]
@@ -89,6 +91,8 @@ def prod_second(x, g_out, t_in, gt_in, outer, n, inner):
     same recurrences, so every entry costs O(K) and zeros stay exact.
     """
     K = t_in.shape[1]
+    if n == 0:
+        return
     suffix = np.empty(n)
     suffix_t = np.empty((n, K))
     prefix_t = np.empty(K)

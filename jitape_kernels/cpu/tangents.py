@@ -71,22 +71,28 @@ def _tangents_needed(code, slots, target):
 
 
 @njit(cache=True, error_model="numpy")
-def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seed_row, seed_start, target):
+def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target):
     """Fill the K tangent columns y' = sum_i J_i x_i' of the outputs whose tangents are needed, in
     program order: toward `target` (a slot: forward-mode Jacobians) or, with target -1, those the
     second-order sweep reads. Other rows are left as they are (never read).
 
-    `tangent` [adjoint_size, K] holds the seeded source rows (the only active
-    slots no instruction writes). seed_row >= 0 says the rows from seed_row hold
+    `tangent` [adjoint_size, K] holds the seeded rows of the slots listed in
+    `seeded` (the sources): they are kept, and an instruction that computes a
+    source from earlier active slots (an intermediate source) adds its tangent
+    to the seed, so upstream sources still see total derivatives. Other rows
+    are zeroed before they are accumulated into. seed_row >= 0 says the rows from seed_row hold
     the identity's columns seed_start.. : a matmul with that operand copies
     instead of multiplying by the identity. -1 for other seeds.
     """
     empty = tangent[0:0]
     transpose = tangent.shape[1] < 0      # run-time False: the reverse sweep's linear kernels serve as they are
     needed = _tangents_needed(code, slots, target)
+    keep = np.zeros(slots.shape[0], np.bool_)
+    for s in seeded:
+        keep[s] = True
     for r in range(code.shape[0]):
         # zeroed before any instruction runs: concat's PLACE rows share one output
-        if needed[code[r, oc.OUT]]:
+        if needed[code[r, oc.OUT]] and not keep[code[r, oc.OUT]]:
             tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + slots[code[r, oc.OUT], oc.SIZE]] = 0
     for r in range(code.shape[0]):
         if not needed[code[r, oc.OUT]]:
