@@ -31,8 +31,8 @@ def _keeps_rows(op, code, r, slots, iattr, batch, x_rows, w_rows):
         return False
     if op <= oc.BINARY_LAST or op == oc.WHERE:
         return True
-    if op <= oc.PROD or op == oc.PLACE or op == oc.GATHER:
-        return iattr[a] % batch == 0            # outer block: reductions, concat and gather stay inside rows
+    if op <= oc.PROD or op == oc.CUMSUM or op == oc.PLACE or op == oc.GATHER:
+        return iattr[a] % batch == 0            # outer block: reductions, cumsum, concat, gather stay inside rows
     if op == oc.TRANSPOSE:
         rank = iattr[a]
         return iattr[a + 1 + rank] == 0          # perm[0] == 0
