@@ -14,13 +14,21 @@ from .tensor import Tensor
 __all__ = ["ForwardAccumulator"]
 
 
-def _structure(s):
-    """A comparable skeleton of a nest: leaves replaced by None."""
-    if isinstance(s, (list, tuple)):
-        return (type(s) is list, tuple(_structure(v) for v in s))
-    if isinstance(s, dict):
-        return tuple((k, _structure(s[k])) for k in sorted(s, key=repr))
-    return None
+def _flatten_up_to(primals, tangents):
+    """The tangents matching nest.flatten(primals): the nests must agree down to the primals' leaves (a
+    tangent there may be any array-like, a list of numbers included); None where they do not."""
+    if isinstance(primals, (list, tuple)):
+        if not isinstance(tangents, (list, tuple)) or len(tangents) != len(primals):
+            return None
+        parts = [_flatten_up_to(p, t) for p, t in zip(primals, tangents)]
+        return None if any(p is None for p in parts) else [t for part in parts for t in part]
+    if isinstance(primals, dict):
+        if not isinstance(tangents, dict) or set(tangents) != set(primals):
+            return None
+        keys = nest.flatten({k: k for k in primals})       # nest's key order
+        parts = [_flatten_up_to(primals[k], tangents[k]) for k in keys]
+        return None if any(p is None for p in parts) else [t for part in parts for t in part]
+    return [tangents]
 
 
 def _checked_tangent(primal, tangent, i):
@@ -54,11 +62,11 @@ class ForwardAccumulator:
 
     def __init__(self, primals, tangents):
         flat_primals = nest.flatten(primals)
-        flat_tangents = nest.flatten(tangents)
-        if _structure(primals) != _structure(tangents) or len(flat_primals) != len(flat_tangents):
+        flat_tangents = _flatten_up_to(primals, tangents)
+        if flat_tangents is None:
             raise ValueError(f"ForwardAccumulator: primals and tangents must have the same nested structure, "
-                             f"got {len(flat_primals)} primal(s) and {len(flat_tangents)} tangent(s) in "
-                             f"{type(primals).__name__} and {type(tangents).__name__}")
+                             f"got {len(flat_primals)} primal(s) in a {type(primals).__name__} and tangents "
+                             f"{tangents!r}")
         for i, p in enumerate(flat_primals):
             if not isinstance(p, Tensor):
                 raise TypeError(f"ForwardAccumulator: primals[{i}] must be a Tensor or Variable, got "

@@ -113,7 +113,7 @@ def polygamma(a, x, name=None):
     in x to any order (the derivative of polygamma(a) is polygamma(a + 1)), never in a.
 
     >>> import jitape as jt
-    >>> round(float(jt.math.polygamma(1, jt.constant(1.0, "float64"))), 6)    # pi^2 / 6
+    >>> print(jt.math.polygamma(1, jt.constant(1.0, "float64")).numpy().round(6))    # pi^2 / 6
     1.644934
     """
     order = np.asarray(a._value if isinstance(a, Tensor) else a)
@@ -295,8 +295,8 @@ def atan2(y, x, name=None):
     """The angle of the point (x, y), elementwise with numpy broadcasting (TensorFlow's argument order).
 
     >>> import jitape as jt
-    >>> float(jt.atan2(1.0, -1.0))
-    2.3561945
+    >>> print(jt.atan2(1.0, -1.0).numpy().round(6))      # 3 pi / 4
+    2.356194
     """
     return _atan2(y, x)
 
