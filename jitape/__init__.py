@@ -10,7 +10,7 @@ jitape.Tensor(6.0, shape=(), dtype=float32)
 """
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import config, layers, optimizers, random
+from . import autodiff, config, layers, optimizers, random
 from .creation import eye, fill, linspace, ones, ones_like, range, zeros, zeros_like
 from .namespaces import linalg, math, nn
 from .ops import (abs, add, broadcast_to, cast, clip_by_norm, clip_by_value, concat, cos, divide, einsum,
@@ -19,6 +19,8 @@ from .ops import (abs, add, broadcast_to, cast, clip_by_norm, clip_by_value, con
                   reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum, reduce_variance, reshape, round,
                   sigmoid, sign, sin, slice, softplus, sqrt, square, squeeze, stack, stop_gradient, subtract,
                   tan, tanh, tensordot, tile, transpose, unstack, where)
+from .ops import (acos, acosh, asin, asinh, atan, atan2, atanh, cosh, cumprod, cumsum, digamma, erf, erfc, expm1,
+                  lgamma, log2, log10, sinh)
 from .module import Module
 from .program import Program
 from .tape import GradientTape, UnconnectedGradients

@@ -340,3 +340,22 @@ def source_per_example_gradients(tape, target, sources):
                  if k >= 0 and local[k] >= 0 and layouts[k] < 0]
         grads.append(sum(parts[1:], parts[0]).T.astype(s.dtype) if parts else None)
     return grads
+
+
+def source_jvps(tape, targets, sources, tangents):
+    """ForwardAccumulator.jvp's compiled path: each target's directional derivative along `tangents`
+    (one [size] array per source) as an array, None where the target does not depend on the sources.
+
+    One lowering and one tangent sweep with K = 1 over every instruction of the Program
+    (it holds only the rows between the sources and the targets).
+    """
+    program = lower(tape, targets, sources, _arena)
+    rows = [program.adjoint_rows[t] if t >= 0 else -1 for t in program.targets]
+    if all(r < 0 for r in rows):
+        return [None] * len(targets)
+    tangent = _tangent_buffer(program, 1)
+    for i, v in enumerate(tangents):
+        for row in _source_rows(program, i):
+            tangent[row:row + v.size, 0] = v
+    _tangent_sweep(program, tangent, target=-2)
+    return [None if r < 0 else tangent[r:r + t.size, 0].astype(t.dtype).reshape(t.shape) for t, r in zip(targets, rows)]

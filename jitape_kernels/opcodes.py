@@ -21,8 +21,9 @@ OUT_ADJ   adjoint row of the output     IN0_ADJ..IN2_ADJ   adjoint rows of the i
 
 Attribute blocks (iattr) per op family
 --------------------------------------
-elementwise          none, except ELU/SCALE/POWC (fattr index) and CLIP (fattr index of lo, hi)
+elementwise          none, except ELU/SCALE/POWC/POLYGAMMA (fattr index) and CLIP (fattr index of lo, hi)
 SUM/MAX/MIN/PROD     outer, n, inner          (reduce the middle axis of an [outer, n, inner] view)
+CUMSUM               outer, n, inner, exclusive, reverse   (running sums along the middle axis; linear)
 TRANSPOSE            rank, in_dims[rank], perm[rank]
 TILE                 rank, in_dims[rank], out_dims[rank]   (out[i] = in[i mod in_dims]; also broadcast_to)
 SLICE                rank, in_dims[rank], out_dims[rank], starts[rank], steps[rank]
@@ -45,22 +46,25 @@ OFFSET, SIZE, RANK, DIMS = 0, 1, 2, 3
 (
     COPY, NEG, SQUARE, SQRT, EXP, LOG, LOG1P, SIN, COS, TAN, TANH, ABS, SIGN,
     SIGMOID, RELU, ELU, SOFTPLUS, CLIP, SCALE, POWC,
-    ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM,
+    SINH, COSH, ASINH, ACOSH, ATANH, ASIN, ACOS, ATAN, EXPM1, ERF, ERFC, LGAMMA, DIGAMMA, POLYGAMMA,
+    ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, ATAN2,
     WHERE,
-    SUM, MAX, MIN, PROD,
+    SUM, MAX, MIN, PROD, CUMSUM,
     TRANSPOSE, TILE, SLICE, PAD, PLACE, GATHER,
     MATMUL, SOLVE, INV,
-) = range(41)
+) = range(57)
 
 NAMES = (
     "copy", "neg", "square", "sqrt", "exp", "log", "log1p", "sin", "cos", "tan", "tanh", "abs", "sign",
     "sigmoid", "relu", "elu", "softplus", "clip", "scale", "powc",
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum",
+    "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "expm1", "erf", "erfc", "lgamma", "digamma",
+    "polygamma",
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2",
     "where",
-    "sum", "max", "min", "prod",
+    "sum", "max", "min", "prod", "cumsum",
     "transpose", "tile", "slice", "pad", "place", "gather",
     "matmul", "solve", "inv",
 )
 # families are contiguous ranges: unary opcodes end at UNARY_LAST, binary ones at BINARY_LAST
-UNARY_LAST = POWC
-BINARY_LAST = MINIMUM
+UNARY_LAST = POLYGAMMA
+BINARY_LAST = ATAN2

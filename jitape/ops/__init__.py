@@ -1,6 +1,7 @@
 """The op library: family modules, the registry (core.PRIMITIVES / COMPOSITES), Tensor operators and
 numpy dispatch (ufuncs and array functions on tensors are recorded like the jitape op)."""
 import numpy as np
+import scipy.special as _special
 
 from ..tensor import Tensor
 from . import core, elementwise, linalg, nn, reduction, shape
@@ -9,10 +10,13 @@ from .elementwise import (abs, add, cast, clip_by_value, cos, divide, elu, equal
                           greater_equal, identity, less, less_equal, log, log1p, maximum, minimum,
                           multiply, negative, not_equal, pow, relu, round, sigmoid, sign, sin, softplus,
                           sqrt, square, subtract, tan, tanh, where)
+from .elementwise import (acos, acosh, asin, asinh, atan, atan2, atanh, cosh, digamma, erf, erfc, expm1, lgamma,
+                          log2, log10, polygamma, sinh)
 from .linalg import clip_by_norm, einsum, inv, matmul, norm, solve, tensordot
-from .nn import log_softmax, sigmoid_cross_entropy_with_logits, softmax, softmax_cross_entropy_with_logits
+from .nn import gelu, log_softmax, sigmoid_cross_entropy_with_logits, softmax, softmax_cross_entropy_with_logits
 from .reduction import (reduce_logsumexp, reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum,
                         reduce_variance)
+from .reduction import cumprod, cumsum
 from .shape import (broadcast_to, concat, expand_dims, gather, getitem, pad, reshape, slice, squeeze, stack,
                     strided_slice, tile, transpose, unstack)
 
@@ -52,6 +56,9 @@ _UFUNCS = {
     np.maximum: maximum, np.minimum: minimum, np.matmul: matmul,
     np.less: less, np.less_equal: less_equal, np.greater: greater, np.greater_equal: greater_equal,
     np.equal: equal, np.not_equal: not_equal,
+    np.sinh: sinh, np.cosh: cosh, np.arcsinh: asinh, np.arccosh: acosh, np.arctanh: atanh, np.arcsin: asin,
+    np.arccos: acos, np.arctan: atan, np.expm1: expm1, np.log10: log10, np.log2: log2, np.arctan2: atan2,
+    _special.erf: erf, _special.erfc: erfc, _special.gammaln: lgamma, _special.digamma: digamma,
 }
 
 
@@ -140,6 +147,9 @@ _FUNCTIONS = {
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: norm(
         x, "euclidean" if ord is None else ord, axis, keepdims),
     np.linalg.solve: solve, np.linalg.inv: inv,
+    np.cumsum: lambda a, axis=None, dtype=None, out=None: cumsum(reshape(a, (-1,)) if axis is None else a, axis or 0),
+    np.cumprod: lambda a, axis=None, dtype=None, out=None: cumprod(reshape(a, (-1,)) if axis is None else a,
+                                                                    axis or 0),
 }
 
 

@@ -3,13 +3,16 @@
 Binary ops on different shapes insert an explicit broadcast_to (whose VJP
 sums), so every recorded elementwise instruction has equal-sized operands.
 """
+import math
+
 import numpy as np
+import scipy.special as _special
 
 from jitape_kernels import opcodes as oc
 
 from ..tensor import Tensor
 from . import shape as _shape
-from .core import (Primitive, as_tensor, broadcast_shapes, emit, float_tensor, non_differentiable,
+from .core import (Primitive, as_tensor, broadcast_shapes, composite, emit, float_tensor, non_differentiable,
                    promote)
 
 
@@ -64,6 +67,76 @@ def _softplus_np(x):
 sigmoid = _unary("sigmoid", oc.SIGMOID, _sigmoid_np, lambda g, y, x: g * (y * (1.0 - y)))
 relu = _unary("relu", oc.RELU, lambda x: np.maximum(x, 0)[()], lambda g, y, x: g * _mask(x._value > 0, x))
 softplus = _unary("softplus", oc.SOFTPLUS, _softplus_np, lambda g, y, x: g * sigmoid(x))
+
+
+# -- hyperbolic, inverse trigonometric, error and gamma functions ----------------------------
+def _kept_dtype(fn):
+    """fn's numpy forward in x's dtype (scipy.special.polygamma computes in float64)."""
+    def forward(x, *params):
+        return np.asarray(fn(*params, x), x.dtype)[()]
+    return forward
+
+
+def _one_minus_square(x):
+    return (1.0 - x) * (1.0 + x)      # 1 - x^2 without cancellation near |x| = 1
+
+
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+
+sinh = _unary("sinh", oc.SINH, np.sinh, lambda g, y, x: g * cosh(x))
+cosh = _unary("cosh", oc.COSH, np.cosh, lambda g, y, x: g * sinh(x))
+asinh = _unary("asinh", oc.ASINH, np.arcsinh, lambda g, y, x: divide(g, sqrt(add(square(x), 1.0))))
+acosh = _unary("acosh", oc.ACOSH, np.arccosh, lambda g, y, x: divide(g, sqrt((x - 1.0) * (x + 1.0))))
+atanh = _unary("atanh", oc.ATANH, np.arctanh, lambda g, y, x: divide(g, _one_minus_square(x)))
+asin = _unary("asin", oc.ASIN, np.arcsin, lambda g, y, x: divide(g, sqrt(_one_minus_square(x))))
+acos = _unary("acos", oc.ACOS, np.arccos, lambda g, y, x: negative(divide(g, sqrt(_one_minus_square(x)))))
+atan = _unary("atan", oc.ATAN, np.arctan, lambda g, y, x: divide(g, add(square(x), 1.0)))
+expm1 = _unary("expm1", oc.EXPM1, np.expm1, lambda g, y, x: g * exp(x))
+erf = _unary("erf", oc.ERF, _kept_dtype(_special.erf),
+             lambda g, y, x: scale(g * exp(negative(square(x))), _TWO_OVER_SQRT_PI))
+erfc = _unary("erfc", oc.ERFC, _kept_dtype(_special.erfc),
+              lambda g, y, x: scale(g * exp(negative(square(x))), -_TWO_OVER_SQRT_PI))
+lgamma = _unary("lgamma", oc.LGAMMA, _kept_dtype(_special.gammaln), lambda g, y, x: g * digamma(x))
+digamma = _unary("digamma", oc.DIGAMMA, _kept_dtype(_special.digamma), lambda g, y, x: g * _polygamma(x, 1))
+
+_polygamma_np = _kept_dtype(_special.polygamma)
+_polygamma_prim = Primitive("polygamma", oc.POLYGAMMA, _polygamma_np, _same,
+                            lambda g, y, ins, n, w: (g * _polygamma(ins[0], n + 1),))
+
+
+def _polygamma(x, n):
+    return emit(_polygamma_prim, (x,), _polygamma_np(x._value, n), n, fblock=(float(n),))
+
+
+def polygamma(a, x, name=None):
+    """The a-th derivative of digamma at x, for a Python integer a >= 0 (a = 0 is digamma); differentiable
+    in x to any order (the derivative of polygamma(a) is polygamma(a + 1)), never in a.
+
+    >>> import jitape as jt
+    >>> print(jt.math.polygamma(1, jt.constant(1.0, "float64")).numpy().round(6))    # pi^2 / 6
+    1.644934
+    """
+    order = np.asarray(a._value if isinstance(a, Tensor) else a)
+    if order.ndim or not (order.dtype.kind in "iu" or (order.dtype.kind == "f" and float(order).is_integer())):
+        raise TypeError(f"polygamma: the order a must be one non-negative integer, got {a!r} "
+                        f"(per-entry orders are not supported)")
+    n = int(order)
+    if n < 0:
+        raise ValueError(f"polygamma: the order a must be >= 0, got {n}")
+    x = x if isinstance(x, Tensor) and x._value.dtype.kind == "f" else float_tensor(x, "polygamma")
+    return digamma(x) if n == 0 else _polygamma(x, n)
+
+
+@composite
+def log10(x, name=None):
+    """Base-10 logarithm: log(x) / log(10)."""
+    return scale(log(float_tensor(x, "log10")), 1 / math.log(10))
+
+
+@composite
+def log2(x, name=None):
+    """Base-2 logarithm: log(x) / log(2)."""
+    return scale(log(float_tensor(x, "log2")), 1 / math.log(2))
 
 
 def _elu_np(x, alpha):
@@ -207,6 +280,25 @@ maximum = _binary("maximum", oc.MAXIMUM, np.maximum,
 minimum = _binary("minimum", oc.MINIMUM, np.minimum,
                   lambda g, out, ins, p, w: (g * _mask(ins[0]._value <= ins[1]._value, g),
                                              g * _mask(ins[0]._value > ins[1]._value, g)))
+
+
+def _atan2_vjp(g, out, ins, p, w):
+    y, x = ins
+    r = add(square(y), square(x))
+    return (divide(g * x, r) if w[0] else None, negative(divide(g * y, r)) if w[1] else None)
+
+
+_atan2 = _binary("atan2", oc.ATAN2, np.arctan2, _atan2_vjp)
+
+
+def atan2(y, x, name=None):
+    """The angle of the point (x, y), elementwise with numpy broadcasting (TensorFlow's argument order).
+
+    >>> import jitape as jt
+    >>> print(jt.atan2(1.0, -1.0).numpy().round(6))      # 3 pi / 4
+    2.356194
+    """
+    return _atan2(y, x)
 
 
 def multiply(x, y, name=None):

@@ -1,7 +1,9 @@
-"""Neural-network ops composed from primitives: softmax, log_softmax and the cross-entropy losses.
+"""Neural-network ops composed from primitives: softmax, log_softmax, gelu and the cross-entropy losses.
 
 The activations sigmoid, relu, elu, softplus and tanh are primitives of elementwise.py.
 """
+import math
+
 from . import elementwise as _ew
 from . import reduction as _red
 from .core import composite, float_tensor, promote
@@ -41,6 +43,17 @@ def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
         raise ValueError(f"softmax_cross_entropy_with_logits: labels shape {z.shape} and logits shape "
                          f"{x.shape} must be equal")
     return _ew.negative(_red.reduce_sum(z * log_softmax(x, axis), axis))
+
+
+@composite
+def gelu(features, approximate=False, name=None):
+    """Gaussian error linear unit: x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), or with approximate=True the
+    tanh form 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as tf.nn.gelu."""
+    x = float_tensor(features, "gelu")
+    if approximate:
+        inner = _ew.scale(x + _ew.scale(x * _ew.square(x), 0.044715), math.sqrt(2 / math.pi))
+        return _ew.scale(x * (1.0 + _ew.tanh(inner)), 0.5)
+    return _ew.scale(x * (1.0 + _ew.erf(_ew.scale(x, 1 / math.sqrt(2)))), 0.5)
 
 
 sigmoid = _ew.sigmoid

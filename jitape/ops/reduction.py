@@ -1,4 +1,5 @@
-"""Reductions: reduce_sum/max/min/prod as one [outer, n, inner] instruction each; mean and logsumexp on top.
+"""Reductions: reduce_sum/max/min/prod as one [outer, n, inner] instruction each; mean and logsumexp on top;
+the running sum cumsum (one linear instruction) and cumprod.
 
 Axes that are not adjacent are first made adjacent by one transpose, so any
 axis set is a single reduce instruction.
@@ -149,3 +150,89 @@ def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
     x = float_tensor(input_tensor, "reduce_variance")
     mean = reduce_mean(x, axis, keepdims=True)
     return reduce_mean(_ew.square(x - mean), axis, keepdims)
+
+
+# -- running sums and products ---------------------------------------------------------------
+def _cumulative_axis(x, axis, what):
+    """(outer, n, inner) of the [outer, n, inner] view of x whose middle axis is `axis`."""
+    if x.ndim == 0:
+        raise ValueError(f"{what}: the input must have rank >= 1, got a scalar")
+    if isinstance(axis, Tensor):
+        axis = axis._value
+    if np.ndim(axis) or not isinstance(np.asarray(axis).item(), int):
+        raise TypeError(f"{what}: axis must be one integer, got {axis!r}")
+    axis = normalize_axis(int(axis), x.ndim, what)
+    return math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+
+
+def _running_np(ufunc, x, outer, n, inner, exclusive, reverse):
+    """ufunc's running reduction along the middle axis of x viewed as [outer, n, inner], in x's dtype."""
+    v = x.reshape(outer, n, inner)
+    if reverse:
+        v = v[:, ::-1]
+    out = ufunc.accumulate(v, axis=1, dtype=x.dtype)
+    if exclusive:
+        first = np.full((outer, min(n, 1), inner), ufunc.identity, x.dtype)
+        out = np.concatenate([first, out[:, :-1]], axis=1)
+    if reverse:
+        out = out[:, ::-1]
+    return np.ascontiguousarray(out).reshape(x.shape)[()]
+
+
+def _cumsum_np(x, outer, n, inner, exclusive, reverse):
+    return _running_np(np.add, x, outer, n, inner, exclusive, reverse)
+
+
+def _cumsum_rule(shapes, params):
+    outer, n, inner = params[:3]
+    if math.prod(shapes[0]) != outer * n * inner:
+        raise ValueError(f"cumsum: input shape {shapes[0]} does not match {(outer, n, inner)}")
+    return shapes[0]
+
+
+def _emit_cumsum(x, outer, n, inner, exclusive, reverse):
+    params = (outer, n, inner, exclusive, reverse)
+    return emit(_cumsum, (x,), _cumsum_np(x._value, *params), params, (outer, n, inner, int(exclusive), int(reverse)))
+
+
+# the transposed running sum runs the other way with the same exclusivity
+_cumsum = Primitive("cumsum", oc.CUMSUM, _cumsum_np, _cumsum_rule,
+                    lambda g, out, ins, p, w: (_emit_cumsum(g, p[0], p[1], p[2], p[3], not p[4]),))
+
+
+def cumsum(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Running sums along `axis`, from the end when `reverse`, each entry excluded from its own sum when
+    `exclusive` (TensorFlow's tf.math.cumsum). One linear instruction.
+
+    >>> import jitape as jt
+    >>> jt.cumsum(jt.constant([1.0, 2.0, 3.0]), exclusive=True).numpy()
+    array([0., 1., 3.], dtype=float32)
+    """
+    x = as_tensor(x)
+    outer, n, inner = _cumulative_axis(x, axis, "cumsum")
+    if x.dtype.kind != "f":
+        return Tensor(_cumsum_np(x._value, outer, n, inner, bool(exclusive), bool(reverse)))
+    return _emit_cumsum(x, outer, n, inner, bool(exclusive), bool(reverse))
+
+
+@composite
+def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Running products along `axis` (TensorFlow's tf.math.cumprod), exact with zero entries: entry j is
+    reduce_prod of the inputs it covers, masked over an [n, n] broadcast (O(n^2) along the axis).
+
+    >>> import jitape as jt
+    >>> jt.cumprod(jt.constant([1.0, 2.0, 3.0]), reverse=True).numpy()
+    array([6., 6., 3.], dtype=float32)
+    """
+    x = as_tensor(x)
+    outer, n, inner = _cumulative_axis(x, axis, "cumprod")
+    if x.dtype.kind != "f":
+        return Tensor(_running_np(np.multiply, x._value, outer, n, inner, bool(exclusive), bool(reverse)))
+    j, i = np.arange(n)[:, None], np.arange(n)[None, :]       # output entry j covers inputs i
+    if reverse:
+        covers = i > j if exclusive else i >= j
+    else:
+        covers = i < j if exclusive else i <= j
+    rows = _shape.broadcast_to(_shape.reshape(x, (outer, 1, n, inner)), (outer, n, n, inner))
+    covered = _ew.where(covers[None, :, :, None], rows, 1.0)
+    return _shape.reshape(reduce_prod(covered, axis=2), x.shape)

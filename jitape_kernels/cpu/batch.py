@@ -6,7 +6,7 @@ Each slot that carries batch rows has a layout: its flat entry i belongs to
 row (i // post) % B, where post is the size of everything after the batch
 digit (post = size / B when the batch is the leading axis, as for sources and
 targets). Layouts flow through the program: elementwise ops, reshapes and
-casts keep them; a reduction, concat, gather or cumsum keeps them when its
+casts keep them; a reduction, cumsum, concat or gather keeps them when its
 reduced axis lies before or after the batch digit; a transpose, tile, slice or
 pad when the batch axes are moved whole or left alone; a matmul when the batch
 is in its batch block, in the rows of its left operand or in the columns of
@@ -109,6 +109,8 @@ def output_layout(code, r, slots, iattr, batch, p0, p1, p2):
         return NO_ROWS if out == -2 else out
     if op <= oc.PROD:
         return _blocked(p0, batch, iattr[a + 1], iattr[a + 2], 1)
+    if op == oc.CUMSUM:
+        return _blocked(p0, batch, iattr[a + 1], iattr[a + 2], iattr[a + 1])
     if op == oc.PLACE:
         return _blocked(p0, batch, iattr[a + 1], iattr[a + 2], iattr[a + 3])
     if op == oc.GATHER:

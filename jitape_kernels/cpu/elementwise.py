@@ -12,6 +12,67 @@ from numba import njit
 
 from .. import opcodes as oc
 
+_TWO_OVER_SQRT_PI = 1.1283791670955126
+# B_2, B_4, ..., B_24: the Bernoulli numbers of the Euler-Maclaurin and asymptotic series below
+_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798,
+              -174611 / 330, 854513 / 138, -236364091 / 2730)
+
+
+@njit(cache=True, error_model="numpy")
+def digamma(x):
+    """psi(x) = d lgamma / dx: recurrence up to x >= 10, then the asymptotic series (float64, ~1e-15
+    relative); reflection below 0. -inf at 0 and nan at the negative integers, as scipy.special.digamma."""
+    acc = 0.0
+    if x <= 0:
+        if x == math.floor(x):
+            return -math.inf if x == 0 else math.nan
+        # psi(x) = psi(1 - x) - pi cot(pi x)
+        acc = -math.pi / math.tan(math.pi * x)
+        x = 1 - x
+    while x < 10:
+        acc -= 1 / x
+        x += 1
+    inv2 = 1 / (x * x)
+    power = inv2
+    series = 0.0
+    for j in range(8):
+        series += _BERNOULLI[j] / (2 * j + 2) * power
+        power *= inv2
+    return acc + math.log(x) - 0.5 / x - series
+
+
+@njit(cache=True, error_model="numpy")
+def polygamma(n, x):
+    """The n-th derivative of digamma: (-1)^(n+1) n! zeta(n+1, x) for n >= 1, the Hurwitz zeta by a shift
+    to x + N >= 12 + n and the Euler-Maclaurin tail (float64, ~1e-15 relative); digamma for n = 0."""
+    if n <= 0:
+        return digamma(x)
+    if x != x or x < -1e7:
+        return math.nan          # the shift below would take more than 10^7 steps
+    if x == math.inf:
+        return 0.0
+    s = n + 1.0
+    total = 0.0
+    w = x
+    while w < 12 + n:
+        total += w ** -s
+        w += 1
+    # tail: w^(1-s)/(s-1) + w^-s/2 + sum_j B_2j/(2j)! s(s+1)...(s+2j-2) w^(-s-2j+1)
+    total += w ** (1 - s) / (s - 1) + 0.5 * w ** -s
+    rising = s                      # s (s+1) ... (s+2j-2)
+    factorial = 2.0                 # (2j)!
+    power = w ** (-s - 1)           # w^(-s-2j+1)
+    inv2 = 1 / (w * w)
+    for j in range(1, 13):
+        total += _BERNOULLI[j - 1] / factorial * rising * power
+        rising *= (s + 2 * j - 1) * (s + 2 * j)
+        factorial *= (2 * j + 1) * (2 * j + 2)
+        power *= inv2
+    n_factorial = 1.0
+    for k in range(2, n + 1):
+        n_factorial *= k
+    return (n_factorial if n % 2 == 1 else -n_factorial) * total
+
 
 @njit(cache=True, error_model="numpy", inline="always")
 def unary_value(op, x, p0, p1):
@@ -57,8 +118,36 @@ def unary_value(op, x, p0, p1):
         return min(max(x, p0), p1)
     if op == oc.SCALE:
         return p0 * x
-    # POWC
-    return x ** p0
+    if op == oc.POWC:
+        return x ** p0
+    if op == oc.SINH:
+        return math.sinh(x)
+    if op == oc.COSH:
+        return math.cosh(x)
+    if op == oc.ASINH:
+        return math.asinh(x)
+    if op == oc.ACOSH:
+        return math.acosh(x) if x >= 1 else math.nan
+    if op == oc.ATANH:
+        return math.atanh(x) if abs(x) < 1 else (math.copysign(math.inf, x) if abs(x) == 1 else math.nan)
+    if op == oc.ASIN:
+        return math.asin(x) if abs(x) <= 1 else math.nan
+    if op == oc.ACOS:
+        return math.acos(x) if abs(x) <= 1 else math.nan
+    if op == oc.ATAN:
+        return math.atan(x)
+    if op == oc.EXPM1:
+        return math.expm1(x)
+    if op == oc.ERF:
+        return math.erf(x)
+    if op == oc.ERFC:
+        return math.erfc(x)
+    if op == oc.LGAMMA:
+        return math.lgamma(x) if not (x <= 0 and x == math.floor(x)) else math.inf
+    if op == oc.DIGAMMA:
+        return digamma(x)
+    # POLYGAMMA: p0 is the order n
+    return polygamma(int(p0), x)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -107,8 +196,36 @@ def unary_derivative(op, x, y, p0, p1):
         return 1.0 if (x >= p0 and x <= p1) else 0.0
     if op == oc.SCALE:
         return p0
-    # POWC: TensorFlow's rule, c * x**(c-1)
-    return p0 * x ** (p0 - 1)
+    if op == oc.POWC:
+        # TensorFlow's rule, c * x**(c-1)
+        return p0 * x ** (p0 - 1)
+    if op == oc.SINH:
+        return math.cosh(x)
+    if op == oc.COSH:
+        return math.sinh(x)
+    if op == oc.ASINH:
+        return 1 / math.sqrt(x * x + 1)
+    if op == oc.ACOSH:
+        return 1 / math.sqrt((x - 1) * (x + 1))
+    if op == oc.ATANH:
+        return 1 / ((1 - x) * (1 + x))
+    if op == oc.ASIN:
+        return 1 / math.sqrt((1 - x) * (1 + x))
+    if op == oc.ACOS:
+        return -1 / math.sqrt((1 - x) * (1 + x))
+    if op == oc.ATAN:
+        return 1 / (1 + x * x)
+    if op == oc.EXPM1:
+        return math.exp(x)
+    if op == oc.ERF:
+        return _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == oc.ERFC:
+        return -_TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == oc.LGAMMA:
+        return digamma(x)
+    if op == oc.DIGAMMA:
+        return polygamma(1, x)
+    return polygamma(int(p0) + 1, x)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -141,6 +258,36 @@ def unary_second_derivative(op, x, y, p0, p1):
         return s * (1 - s)
     if op == oc.POWC:
         return p0 * (p0 - 1) * x ** (p0 - 2)
+    if op == oc.SINH or op == oc.COSH:
+        return y
+    if op == oc.ASINH:
+        q = x * x + 1
+        return -x / (q * math.sqrt(q))
+    if op == oc.ACOSH:
+        q = (x - 1) * (x + 1)
+        return -x / (q * math.sqrt(q))
+    if op == oc.ATANH:
+        q = (1 - x) * (1 + x)
+        return 2 * x / (q * q)
+    if op == oc.ASIN or op == oc.ACOS:
+        q = (1 - x) * (1 + x)
+        d = x / (q * math.sqrt(q))
+        return d if op == oc.ASIN else -d
+    if op == oc.ATAN:
+        q = 1 + x * x
+        return -2 * x / (q * q)
+    if op == oc.EXPM1:
+        return math.exp(x)
+    if op == oc.ERF:
+        return -2 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == oc.ERFC:
+        return 2 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == oc.LGAMMA:
+        return polygamma(1, x)
+    if op == oc.DIGAMMA:
+        return polygamma(2, x)
+    if op == oc.POLYGAMMA:
+        return polygamma(int(p0) + 2, x)
     return 0.0
 
 
@@ -221,7 +368,10 @@ def binary_value(op, a, b):
         return a ** b
     if op == oc.MAXIMUM:
         return max(a, b)
-    return min(a, b)
+    if op == oc.MINIMUM:
+        return min(a, b)
+    # ATAN2: atan2(a, b) = the angle of the point (b, a), TensorFlow's argument order (y, x)
+    return math.atan2(a, b)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -245,7 +395,11 @@ def binary_partials(op, a, b, y):
         return b * a ** (b - 1), db
     if op == oc.MAXIMUM:
         return (one, zero) if a >= b else (zero, one)
-    return (one, zero) if a <= b else (zero, one)
+    if op == oc.MINIMUM:
+        return (one, zero) if a <= b else (zero, one)
+    # ATAN2
+    r = a * a + b * b
+    return b / r, -a / r
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -266,6 +420,11 @@ def binary_second_partials(op, a, b, y):
             ab = a ** (b - 1) * (1 + b * log_a)
             return aa, ab, ab, y * log_a * log_a
         return aa, a ** (b - 1), zero, zero     # dy/db is 0 where a <= 0
+    if op == oc.ATAN2:
+        r = a * a + b * b
+        r2 = r * r
+        cross = (a * a - b * b) / r2
+        return -2 * a * b / r2, cross, cross, 2 * a * b / r2
     return zero, zero, zero, zero
 
 
@@ -305,9 +464,9 @@ def binary_tangent(op, a, b, y, t_a, t_b, t_out, has_a, has_b):
 
 @njit(cache=True, error_model="numpy")
 def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b):
-    """Second-order terms of the inputs' cotangent tangents, g_out one column; only MUL, DIV, POW have them
-    (MUL only when both inputs are active, DIV only when the divisor is)."""
-    if not ((op == oc.MUL and has_a and has_b) or (op == oc.DIV and has_b) or op == oc.POW):
+    """Second-order terms of the inputs' cotangent tangents, g_out one column; only MUL, DIV, POW, ATAN2 have
+    them (MUL only when both inputs are active, DIV only when the divisor is)."""
+    if not ((op == oc.MUL and has_a and has_b) or (op == oc.DIV and has_b) or op == oc.POW or op == oc.ATAN2):
         return
     K = gt_a.shape[1] if has_a else gt_b.shape[1]
     for i in range(a.size):

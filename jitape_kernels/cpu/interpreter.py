@@ -11,7 +11,7 @@ from .elementwise import (binary_forward, binary_partials, binary_reverse, binar
                           unary_forward, unary_reverse, unary_reverse_1d, where_forward, where_linear)
 from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward,
                      solve_reverse)
-from .reduction import reduce_forward, reduce_linear
+from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
 from .shape import mapped_forward, mapped_linear, moved_forward, moved_linear
 
 
@@ -19,7 +19,7 @@ from .shape import mapped_forward, mapped_linear, moved_forward, moved_linear
 def params(op, iattr, fattr, a):
     if op == oc.CLIP:
         return fattr[iattr[a]], fattr[iattr[a] + 1]
-    if op == oc.ELU or op == oc.SCALE or op == oc.POWC:
+    if op == oc.ELU or op == oc.SCALE or op == oc.POWC or op == oc.POLYGAMMA:
         return fattr[iattr[a]], 0.0
     return 0.0, 0.0
 
@@ -48,6 +48,8 @@ def forward_sweep(code, slots, iattr, fattr, arena):
             where_forward(x, arena[i1:i1 + size], arena[i2:i2 + size], out)
         elif op <= oc.PROD:
             reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2])
+        elif op == oc.CUMSUM:
+            cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0)
         elif op <= oc.PAD:
             mapped_forward(op, iattr, a, x, out)
         elif op <= oc.GATHER:
@@ -120,6 +122,9 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
         return
     if op <= oc.PROD:
         reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], transpose)
+    elif op == oc.CUMSUM:
+        cumsum_linear(g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
+                      transpose)
     elif op <= oc.PAD:
         mapped_linear(op, iattr, a, g_out, g0, transpose)
     elif op <= oc.GATHER:

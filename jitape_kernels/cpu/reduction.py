@@ -1,5 +1,6 @@
-"""Compiled kernels of the reductions SUM, MAX, MIN, PROD over the middle axis of an [outer, n, inner] view:
-forward, reverse, and the tangent and second-order kernels of forward-over-reverse Hessians."""
+"""Compiled kernels of the reductions SUM, MAX, MIN, PROD and the running sum CUMSUM over the middle axis of an
+[outer, n, inner] view: forward, reverse, and the tangent and second-order kernels of forward-over-reverse
+Hessians."""
 import numpy as np
 from numba import njit
 
@@ -118,3 +119,43 @@ def prod_second(x, g_out, t_in, gt_in, outer, n, inner):
                 for k in range(K):
                     prefix_t[k] = prefix_t[k] * x[e] + prefix * t_in[e, k]
                 prefix *= x[e]
+
+
+@njit(cache=True, error_model="numpy")
+def cumsum_forward(x, out, outer, n, inner, exclusive, reverse):
+    """Running sums along the middle axis of an [outer, n, inner] view: from the last entry when reverse,
+    each entry left out of its own sum when exclusive (the first sum is then 0)."""
+    for o in range(outer):
+        for step in range(n):
+            e = (o * n + (n - 1 - step if reverse else step)) * inner
+            if step == 0:
+                for i in range(inner):
+                    out[e + i] = 0.0 if exclusive else x[e + i]
+                continue
+            p = e + inner if reverse else e - inner       # the entry before e in running order
+            for i in range(inner):
+                out[e + i] = out[p + i] + (x[p + i] if exclusive else x[e + i])
+
+
+@njit(cache=True, error_model="numpy")
+def cumsum_linear(out_rows, in_rows, outer, n, inner, exclusive, reverse, transpose):
+    """CUMSUM's map over K columns: out += C in (tangents) or, transposed, in += C^T out (cotangents);
+    C^T is the running sum in the other direction with the same exclusivity."""
+    K = out_rows.shape[1]
+    src = out_rows if transpose else in_rows
+    dst = in_rows if transpose else out_rows
+    backward = reverse != transpose
+    acc = np.empty((inner, K))
+    for o in range(outer):
+        acc[:] = 0.0
+        for step in range(n):
+            e = (o * n + (n - 1 - step if backward else step)) * inner
+            for i in range(inner):
+                for k in range(K):
+                    v = src[e + i, k]
+                    if exclusive:
+                        dst[e + i, k] += acc[i, k]
+                        acc[i, k] += v
+                    else:
+                        acc[i, k] += v
+                        dst[e + i, k] += acc[i, k]

@@ -21,7 +21,7 @@ from .elementwise import binary_second, binary_tangent, unary_reverse, unary_sec
 from .interpreter import params, reverse_instruction
 from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tangent, matmul_tangent, solve_second,
                      solve_tangent)
-from .reduction import prod_second, reduce_linear
+from .reduction import cumsum_linear, prod_second, reduce_linear
 from .shape import mapped_linear, moved_linear
 
 
@@ -38,7 +38,7 @@ def _reads_tangents(op, code, r):
         return has0 and has1, has0 and has1, False
     if op == oc.DIV:
         return has1, has1, False
-    if op == oc.POW:
+    if op == oc.POW or op == oc.ATAN2:
         return True, True, False
     if op == oc.PROD:
         return True, False, False
@@ -52,8 +52,12 @@ def _reads_tangents(op, code, r):
 @njit(cache=True, error_model="numpy")
 def _tangents_needed(code, slots, target):
     """Per slot: whether its tangent is needed, by the target (target >= 0: a forward-mode Jacobian)
-    or by the second-order kernels (target -1), directly or through a later tangent."""
+    or by the second-order kernels (target -1), directly or through a later tangent; with target -2, every
+    instruction's output (a Program lowered for several targets: it holds only rows toward them)."""
     needed = np.zeros(slots.shape[0], np.bool_)
+    if target == -2:
+        needed[:] = True
+        return needed
     if target >= 0:
         needed[target] = True
     for r in range(code.shape[0] - 1, -1, -1):
@@ -73,8 +77,8 @@ def _tangents_needed(code, slots, target):
 @njit(cache=True, error_model="numpy")
 def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target):
     """Fill the K tangent columns y' = sum_i J_i x_i' of the outputs whose tangents are needed, in
-    program order: toward `target` (a slot: forward-mode Jacobians) or, with target -1, those the
-    second-order sweep reads. Other rows are left as they are (never read).
+    program order: toward `target` (a slot: forward-mode Jacobians), with target -1 those the
+    second-order sweep reads, with -2 all of them. Other rows are left as they are (never read).
 
     `tangent` [adjoint_size, K] holds the seeded rows of the slots listed in
     `seeded` (the sources): they are kept, and an instruction that computes a
@@ -137,6 +141,9 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
             continue
         elif op <= oc.PROD:
             reduce_linear(op, x, y, t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], transpose)
+        elif op == oc.CUMSUM:
+            cumsum_linear(t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
+                          transpose)
         elif op <= oc.PAD:
             mapped_linear(op, iattr, a, t_out, t0, transpose)
         elif op <= oc.GATHER:

@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+import scipy.special
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -183,6 +184,30 @@ def _norm_inputs():
         st.tuples(values((2, 3), -2, 2, gap=0.1), st.sampled_from([2, 1]), st.just(1)))
 
 
+def _running_ref(ufunc):
+    """numpy's running reduction with TensorFlow's exclusive and reverse flags."""
+    def ref(x, axis, exclusive, reverse):
+        v = np.flip(x, axis) if reverse else x
+        out = ufunc.accumulate(v, axis=axis)
+        if exclusive:
+            n = out.shape[axis]
+            first = np.full_like(np.take(out, [0], axis), ufunc.identity)
+            out = np.concatenate([first, np.take(out, np.arange(n - 1), axis)], axis)
+        return np.flip(out, axis) if reverse else out
+    return ref
+
+
+def _running_inputs():
+    return SHAPES.filter(len).flatmap(lambda s: st.tuples(values(s, -2, 2), st.integers(-len(s), len(s) - 1),
+                                                          st.booleans(), st.booleans()))
+
+
+def _gelu_ref(x, approximate):
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + scipy.special.erf(x / np.sqrt(2)))
+
+
 CASES = {
     # elementwise unary
     "negative": unary(jt.negative, np.negative),
@@ -269,6 +294,30 @@ CASES = {
     "softmax_cross_entropy_with_logits": Case(
         lambda z, x: jt.nn.softmax_cross_entropy_with_logits(z, x),
         lambda z, x: -np.sum(z * np.log(_softmax_ref(x)), axis=-1), _logits_labels(True)),
+    # -- TensorFlow names (primitives) --
+    "sinh": unary(jt.sinh, np.sinh, -3, 3),
+    "cosh": unary(jt.cosh, np.cosh, -3, 3),
+    "asinh": unary(jt.asinh, np.arcsinh, -3, 3),
+    "acosh": unary(jt.acosh, np.arccosh, 1.2, 3.0),
+    "atanh": unary(jt.atanh, np.arctanh, -0.8, 0.8),
+    "asin": unary(jt.asin, np.arcsin, -0.8, 0.8),
+    "acos": unary(jt.acos, np.arccos, -0.8, 0.8),
+    "atan": unary(jt.atan, np.arctan, -3, 3),
+    "expm1": unary(jt.expm1, np.expm1),
+    "erf": unary(jt.erf, scipy.special.erf),
+    "erfc": unary(jt.erfc, scipy.special.erfc),
+    "lgamma": unary(jt.lgamma, scipy.special.gammaln, 0.3, 4.0),
+    "digamma": unary(jt.digamma, scipy.special.digamma, 0.3, 4.0),
+    "polygamma": Case(lambda x, n: jt.math.polygamma(n, x), lambda x, n: scipy.special.polygamma(n, x),
+                      SHAPES.flatmap(lambda s: st.tuples(values(s, 0.3, 4.0), st.sampled_from([1, 2])))),
+    "log10": unary(jt.math.log10, np.log10, 0.2, 3.0),
+    "log2": unary(jt.math.log2, np.log2, 0.2, 3.0),
+    "atan2": binary(jt.atan2, np.arctan2, a=(-2.0, 2.0), b=(0.3, 2.0)),
+    "cumsum": Case(lambda x, axis, ex, rev: jt.cumsum(x, axis, ex, rev), _running_ref(np.add), _running_inputs()),
+    "cumprod": Case(lambda x, axis, ex, rev: jt.math.cumprod(x, axis, ex, rev), _running_ref(np.multiply),
+                    _running_inputs()),
+    "gelu": Case(lambda x, approximate: jt.nn.gelu(x, approximate), _gelu_ref,
+                 SHAPES.flatmap(lambda s: st.tuples(values(s, -3, 3), st.booleans()))),
 }
 
 OPS = sorted(PRIMITIVES) + sorted(COMPOSITES)
