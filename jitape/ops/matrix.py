@@ -204,12 +204,14 @@ def _lu_pivots(a):
 
 @composite
 def det(input, name=None):
-    """The determinant of each square matrix in (..., n, n): the product of U's diagonal in a pivoted LU
-    (exactly 0 for an exactly singular matrix, where the gradient is not meaningful).
+    """The determinant of each square matrix in (..., n, n): the product of U's diagonal in a pivoted LU.
+
+    An exactly singular matrix gives exactly 0, but its gradient there is not the adjugate (the LU
+    branch skips the zero column); TensorFlow raises for that gradient.
 
     >>> import jitape as jt
-    >>> float(jt.linalg.det(jt.constant([[1.0, 2.0], [3.0, 4.0]])))
-    -2.0
+    >>> float(jt.linalg.det(jt.constant([[2.0, 1.0], [4.0, 3.0]])))
+    2.0
     """
     a = _matrices(float_tensor(input, "linalg.det"), "linalg.det")
     if a.shape[-1] == 0:
