@@ -10,7 +10,8 @@ jitape.Tensor(6.0, shape=(), dtype=float32)
 """
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import autodiff, config, layers, optimizers, random
+from . import autodiff, config, dtypes, layers, optimizers, random
+from .control_flow import cond, scan, while_loop
 from .creation import eye, fill, linspace, ones, ones_like, range, zeros, zeros_like
 from .namespaces import linalg, math, nn
 from .ops import (abs, add, broadcast_to, cast, clip_by_norm, clip_by_value, concat, cos, divide, einsum,
@@ -19,12 +20,15 @@ from .ops import (abs, add, broadcast_to, cast, clip_by_norm, clip_by_value, con
                   reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum, reduce_variance, reshape, round,
                   sigmoid, sign, sin, slice, softplus, sqrt, square, squeeze, stack, stop_gradient, subtract,
                   tan, tanh, tensordot, tile, transpose, unstack, where)
-from .ops import (acos, acosh, asin, asinh, atan, atan2, atanh, cosh, cumprod, cumsum, digamma, erf, erfc, expm1,
-                  lgamma, log2, log10, sinh)
+from .ops import (acos, acosh, argmax, argmin, argsort, asin, asinh, atan, atan2, atanh, boolean_mask, cosh,
+                  cumprod, cumsum, digamma, erf, erfc, expm1, gather_nd, lgamma, log2, log10, one_hot, reduce_all,
+                  reduce_any, reduce_std, repeat, roll, sinh, sort, tensor_scatter_nd_add, tensor_scatter_nd_update,
+                  top_k)
+from .dtypes import bool, float32, float64, int32, int64
 from .module import Module
 from .program import Program
 from .tape import GradientTape, UnconnectedGradients
-from .tensor import Tensor, Variable, constant, convert_to_tensor, floatx, set_floatx
+from .tensor import Tensor, TensorShape, Variable, constant, convert_to_tensor, floatx, set_floatx
 
 try:
     __version__ = _version("jitape")

@@ -75,6 +75,34 @@ def _canonical(arr):
     return arr[()] if arr.ndim == 0 else arr
 
 
+class TensorShape(tuple):
+    """A tensor's shape: a tuple of ints with TensorFlow's `as_list()`, `rank` and `num_elements()`.
+
+    >>> import jitape as jt
+    >>> jt.zeros((2, 3)).get_shape().as_list()
+    [2, 3]
+    """
+    __slots__ = ()
+
+    def as_list(self):
+        return list(self)
+
+    @property
+    def rank(self):
+        return len(self)
+
+    ndims = rank
+
+    def num_elements(self):
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def __repr__(self):
+        return f"TensorShape({list(self)})"
+
+
 class Tensor:
     """An immutable value recorded by tapes. `np.asarray(t)` and numpy ufuncs work on it.
 
@@ -107,6 +135,10 @@ class Tensor:
     @property
     def size(self):
         return self._value.size
+
+    def get_shape(self):
+        """The shape as a TensorShape (TensorFlow's spelling of `.shape`)."""
+        return TensorShape(self._value.shape)
 
     def numpy(self):
         v = self._value
@@ -263,13 +295,26 @@ def constant(value, dtype=None, shape=None, name=None):
     return Tensor(v)
 
 
-def convert_to_tensor(value, dtype=None):
+def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
     """`value` as a Tensor (returned unchanged when it already is one of the right dtype); a nest holding
-    tensors is packed with recorded ops, so gradients flow through it."""
-    if isinstance(value, Tensor) and (dtype is None or value._value.dtype == np.dtype(dtype)):
+    tensors is packed with recorded ops, so gradients flow through it.
+
+    As in TensorFlow, a Tensor of another dtype is refused (use jt.cast), and `dtype_hint` applies only
+    to Python values.
+
+    >>> import jitape as jt
+    >>> jt.convert_to_tensor([1, 2], dtype=jt.float64).dtype
+    dtype('float64')
+    """
+    if isinstance(value, Tensor):
+        if dtype is not None and value._value.dtype != np.dtype(dtype):
+            raise ValueError(f"convert_to_tensor: requested dtype {np.dtype(dtype).name} for a Tensor of dtype "
+                             f"{value._value.dtype.name}; use jt.cast to convert it")
         return value
     if isinstance(value, (list, tuple)) and _holds_tensor(value):
         return _pack(value, dtype)
+    if dtype is None and dtype_hint is not None and not isinstance(value, (np.ndarray, np.generic)):
+        return Tensor(to_numpy(value, dtype_hint))
     return Tensor(to_numpy(value, dtype))
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import scipy.special as _special
 
 from ..tensor import Tensor
-from . import core, elementwise, linalg, nn, reduction, shape
+from . import core, elementwise, indexing, linalg, matrix, nn, reduction, shape, sorting
 from .core import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from .elementwise import (abs, add, cast, clip_by_value, cos, divide, elu, equal, exp, greater,
                           greater_equal, identity, less, less_equal, log, log1p, maximum, minimum,
@@ -17,6 +17,12 @@ from .nn import gelu, log_softmax, sigmoid_cross_entropy_with_logits, softmax, s
 from .reduction import (reduce_logsumexp, reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum,
                         reduce_variance)
 from .reduction import cumprod, cumsum
+# TensorFlow names written as composites (or non-differentiable ops)
+from .indexing import boolean_mask, gather_nd, one_hot, repeat, roll, tensor_scatter_nd_add, tensor_scatter_nd_update
+from .matrix import band_part, cholesky, cross, det, diag_part, matvec, slogdet, trace, triangular_solve
+from .nn import l2_loss, leaky_relu, log_sigmoid, relu6, selu, silu, sparse_softmax_cross_entropy_with_logits, swish
+from .reduction import reduce_all, reduce_any, reduce_std
+from .sorting import argmax, argmin, argsort, sort, top_k
 from .shape import (broadcast_to, concat, expand_dims, gather, getitem, pad, reshape, slice, squeeze, stack,
                     strided_slice, tile, transpose, unstack)
 
@@ -162,6 +168,52 @@ _VALUE_FUNCTIONS = {
     np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.array_repr, np.array_str, np.array2string,
     np.round, np.around, np.fix, np.argmax, np.argmin, np.argsort, np.min_scalar_type, np.can_cast,
 }
+
+
+def _flat_axis(fn):
+    """numpy's axis=None (the flattened array) for ops whose TensorFlow form takes an axis."""
+    return lambda a, axis=None, **kw: fn(reshape(a, (-1,)), 0, **kw) if axis is None else fn(a, axis, **kw)
+
+
+def _trailing(fn, what):
+    """numpy's (offset, axis1, axis2) matrix functions as the TensorFlow op over the last two axes."""
+    def call(a, offset=0, axis1=0, axis2=1, **_):
+        if offset:
+            raise ValueError(f"np.{what} on jitape tensors supports offset=0 only, got {offset}")
+        a = core.as_tensor(a)
+        axis1, axis2 = axis1 % a.ndim, axis2 % a.ndim
+        rest = [d for d in range(a.ndim) if d not in (axis1, axis2)]
+        return fn(transpose(a, rest + [axis1, axis2]))
+    return call
+
+
+def _no_ddof(fn, what):
+    def call(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **_):
+        if ddof:
+            raise ValueError(f"np.{what} on jitape tensors supports ddof=0 only, got {ddof}")
+        return fn(a, axis, keepdims)
+    return call
+
+
+_FUNCTIONS.update({
+    np.argmax: lambda a, axis=None, **_: _flat_axis(argmax)(a, axis),
+    np.argmin: lambda a, axis=None, **_: _flat_axis(argmin)(a, axis),
+    np.argsort: lambda a, axis=-1, **_: _flat_axis(lambda x, ax: argsort(x, ax, stable=True))(a, axis),
+    np.sort: lambda a, axis=-1, **_: _flat_axis(sort)(a, axis),
+    np.roll: lambda a, shift, axis=None: reshape(roll(reshape(a, (-1,)), shift, 0), np.shape(a))
+    if axis is None else roll(a, shift, axis),
+    np.repeat: lambda a, repeats, axis=None: repeat(a, repeats, axis),
+    np.std: _no_ddof(reduce_std, "std"),
+    np.any: lambda a, axis=None, out=None, keepdims=False, **_: reduce_any(a, axis, keepdims),
+    np.all: lambda a, axis=None, out=None, keepdims=False, **_: reduce_all(a, axis, keepdims),
+    np.trace: _trailing(trace, "trace"), np.diagonal: _trailing(diag_part, "diagonal"),
+    np.cross: lambda a, b, **kw: cross(a, b) if not kw else _unsupported("cross", kw),
+    np.linalg.det: det, np.linalg.slogdet: slogdet, np.linalg.cholesky: cholesky,
+})
+
+
+def _unsupported(what, kwargs):
+    raise ValueError(f"np.{what} on jitape tensors supports no keyword arguments, got {sorted(kwargs)}")
 
 
 def _array_function(self, func, types, args, kwargs):

@@ -1,11 +1,16 @@
-"""Neural-network ops composed from primitives: softmax, log_softmax, gelu and the cross-entropy losses.
+"""Neural-network ops composed from primitives: softmax, log_softmax, the cross-entropy losses, l2_loss and
+the activations gelu, leaky_relu, selu, silu (swish), log_sigmoid and relu6.
 
 The activations sigmoid, relu, elu, softplus and tanh are primitives of elementwise.py.
 """
 import math
 
+import numpy as np
+
+from ..tensor import Tensor
 from . import elementwise as _ew
 from . import reduction as _red
+from . import shape as _shape
 from .core import composite, float_tensor, promote
 
 
@@ -54,6 +59,93 @@ def gelu(features, approximate=False, name=None):
         inner = _ew.scale(x + _ew.scale(x * _ew.square(x), 0.044715), math.sqrt(2 / math.pi))
         return _ew.scale(x * (1.0 + _ew.tanh(inner)), 0.5)
     return _ew.scale(x * (1.0 + _ew.erf(_ew.scale(x, 1 / math.sqrt(2)))), 0.5)
+def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):
+    """-log_softmax(logits)[label] for integer class labels of shape logits.shape[:-1].
+
+    >>> import jitape as jt
+    >>> loss = jt.nn.sparse_softmax_cross_entropy_with_logits([0], jt.constant([[0.0, 0.0]]))
+    >>> round(float(loss[0]), 4)
+    0.6931
+    """
+    x = float_tensor(logits, "sparse_softmax_cross_entropy_with_logits")
+    z = np.asarray(labels._value if isinstance(labels, Tensor) else labels)
+    if z.dtype.kind not in "iu":
+        raise TypeError(f"sparse_softmax_cross_entropy_with_logits: labels must be integers, got dtype {z.dtype}")
+    if x.ndim < 1 or z.shape != x.shape[:-1]:
+        raise ValueError(f"sparse_softmax_cross_entropy_with_logits: labels shape {z.shape} must equal logits "
+                         f"shape {x.shape} without its last (class) axis")
+    classes = x.shape[-1]
+    bad = (z < 0) | (z >= classes)
+    if bad.any():
+        raise ValueError(f"sparse_softmax_cross_entropy_with_logits: label {z[bad].reshape(-1)[0]} is outside "
+                         f"the valid range of classes [0, {classes})")
+    flat = np.arange(z.size) * classes + z.reshape(-1).astype(np.int64)
+    picked = _shape.gather(_shape.reshape(log_softmax(x), (-1,)), flat)
+    return _shape.reshape(_ew.negative(picked), z.shape)
+
+
+@composite
+def l2_loss(t, name=None):
+    """sum(t ** 2) / 2.
+
+    >>> import jitape as jt
+    >>> float(jt.nn.l2_loss(jt.constant([1.0, 2.0])))
+    2.5
+    """
+    t = float_tensor(t, "l2_loss")
+    return _red.reduce_sum(_ew.square(t)) * 0.5
+
+
+# -- activations ----------------------------------------------------------------------------
+@composite
+def leaky_relu(features, alpha=0.2, name=None):
+    """x where x > 0, else alpha * x.
+
+    >>> import jitape as jt
+    >>> jt.nn.leaky_relu(jt.constant([-1.0, 2.0])).numpy()
+    array([-0.2,  2. ], dtype=float32)
+    """
+    x = float_tensor(features, "leaky_relu")
+    return _ew.where(x._value > 0, x, x * float(alpha))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+@composite
+def selu(features, name=None):
+    """Scaled exponential linear unit: scale * elu(x, alpha) with TensorFlow's constants."""
+    return _ew.elu(float_tensor(features, "selu"), _SELU_ALPHA) * _SELU_SCALE
+
+
+@composite
+def silu(features, beta=1.0):
+    """x * sigmoid(beta * x) (also jt.nn.swish).
+
+    >>> import jitape as jt
+    >>> round(float(jt.nn.silu(jt.constant(1.0))), 4)
+    0.7311
+    """
+    x = float_tensor(features, "silu")
+    return x * _ew.sigmoid(x * float(beta) if beta != 1.0 else x)
+
+
+swish = silu
+
+
+@composite
+def log_sigmoid(x, name=None):
+    """log(sigmoid(x)) computed as -softplus(-x), which neither overflows nor loses precision."""
+    return _ew.negative(_ew.softplus(_ew.negative(float_tensor(x, "log_sigmoid"))))
+
+
+@composite
+def relu6(features, name=None):
+    """min(max(x, 0), 6); the gradient is 1 strictly inside (0, 6) and 0 elsewhere, as in TensorFlow."""
+    x = float_tensor(features, "relu6")
+    v = x._value
+    return _ew.where((v > 0) & (v < 6), x, Tensor(np.where(v >= 6, 6, 0).astype(x.dtype)[()]))
 
 
 sigmoid = _ew.sigmoid

@@ -13,7 +13,7 @@ from jitape_kernels import opcodes as oc
 from ..tensor import Tensor
 from . import elementwise as _ew
 from . import shape as _shape
-from .core import Primitive, as_tensor, composite, emit, float_tensor, normalize_axis
+from .core import Primitive, as_tensor, composite, emit, float_tensor, non_differentiable, normalize_axis
 
 
 def _reduce_np(ufunc):
@@ -236,3 +236,36 @@ def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
     rows = _shape.broadcast_to(_shape.reshape(x, (outer, 1, n, inner)), (outer, n, n, inner))
     covered = _ew.where(covers[None, :, :, None], rows, 1.0)
     return _shape.reshape(reduce_prod(covered, axis=2), x.shape)
+@composite
+def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
+    """Population standard deviation over `axis`: sqrt(reduce_variance) (its gradient is infinite where
+    the variance is 0, as in TensorFlow).
+
+    >>> import jitape as jt
+    >>> float(jt.math.reduce_std(jt.constant([1.0, 3.0])))
+    1.0
+    """
+    return _ew.sqrt(reduce_variance(input_tensor, axis, keepdims))
+
+
+def _logical_reduce(fn, input_tensor, axis, keepdims, what):
+    x = as_tensor(input_tensor)
+    axes = reduction_axes(axis, x.ndim, what)
+    return Tensor(np.asarray(fn(x._value != 0, axis=axes, keepdims=keepdims))[()])
+
+
+@non_differentiable
+def reduce_any(input_tensor, axis=None, keepdims=False, name=None):
+    """Logical or over `axis` (bool result; nonzero numbers count as True)."""
+    return _logical_reduce(np.any, input_tensor, axis, keepdims, "reduce_any")
+
+
+@non_differentiable
+def reduce_all(input_tensor, axis=None, keepdims=False, name=None):
+    """Logical and over `axis` (bool result; nonzero numbers count as True).
+
+    >>> import jitape as jt
+    >>> jt.reduce_all(jt.constant([[True, False], [True, True]]), axis=1).numpy()
+    array([False,  True])
+    """
+    return _logical_reduce(np.all, input_tensor, axis, keepdims, "reduce_all")

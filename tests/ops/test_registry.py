@@ -206,6 +206,159 @@ def _gelu_ref(x, approximate):
     if approximate:
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
     return 0.5 * x * (1 + scipy.special.erf(x / np.sqrt(2)))
+# -- TensorFlow names (composites): input strategies ----------------------------------------
+NONSCALAR = SHAPES.filter(len)
+
+
+def _axis_of(s):
+    return st.integers(-len(s), len(s) - 1)
+
+
+def _roll_inputs():
+    return NONSCALAR.flatmap(lambda s: st.tuples(values(s, -2, 2), st.lists(st.integers(-4, 4), min_size=1, max_size=2),
+                                                 st.just(s)).flatmap(
+        lambda t: st.tuples(st.just(t[0]), st.just(tuple(t[1])),
+                            st.tuples(*[st.integers(0, len(t[2]) - 1) for _ in t[1]]))))
+
+
+def _repeat_inputs():
+    def build(s):
+        along_axis = st.integers(0, len(s) - 1).flatmap(
+            lambda a: st.tuples(values(s, -2, 2), st.tuples(*[st.integers(0, 2) for _ in range(s[a])]).map(
+                lambda r: r if sum(r) else (1,) + r[1:]), st.just(a)))
+        flattened = st.tuples(values(s, -2, 2), st.integers(1, 3), st.just(None))
+        return st.one_of(along_axis, flattened)
+    return NONSCALAR.flatmap(build)
+
+
+def _std_inputs():
+    """Reduced axes of size >= 2 with distinct values: the variance stays away from 0 (sqrt's kink)."""
+    shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=2, max_side=3)
+    return shapes.flatmap(lambda s: st.tuples(distinct(s), st.lists(st.integers(0, len(s) - 1), unique=True, min_size=1,
+                                                                      max_size=len(s)).map(tuple), st.booleans()))
+
+
+def _sort_inputs():
+    return NONSCALAR.flatmap(lambda s: st.tuples(distinct(s), _axis_of(s), st.sampled_from(["ASCENDING", "DESCENDING"])))
+
+
+def _sort_ref(x, axis, direction):
+    return np.sort(x, axis) if direction == "ASCENDING" else -np.sort(-x, axis)
+
+
+def _top_k_ref(x, k):
+    return -np.sort(-x, axis=-1)[..., :k]
+
+
+def _matvec_inputs():
+    def build(m, n, batch, transpose):
+        a_shape = batch + ((n, m) if transpose else (m, n))
+        return st.tuples(values(a_shape, -2, 2), values(batch + (n,), -2, 2), st.just(transpose))
+    return st.tuples(MATRIX_SIDE, MATRIX_SIDE, st.sampled_from([(), (2,)]), st.booleans()).flatmap(lambda t: build(*t))
+
+
+def _matrix_inputs():
+    """Matrices (..., m, n), not necessarily square."""
+    return st.tuples(st.sampled_from([(), (2,)]), MATRIX_SIDE, MATRIX_SIDE).flatmap(
+        lambda t: st.tuples(values(t[0] + (t[1], t[2]), -2, 2)))
+
+
+def _band_ref(x, lower, upper):
+    offset = np.arange(x.shape[-2])[:, None] - np.arange(x.shape[-1])[None, :]
+    return np.where(((lower < 0) | (offset <= lower)) & ((upper < 0) | (-offset <= upper)), x, 0.0)
+
+
+def _triangular_ref(a, b, lower, adjoint):
+    t = np.tril(a) if lower else np.triu(a)
+    return np.linalg.solve(np.swapaxes(t, -1, -2) if adjoint else t, b)
+
+
+def _pivoting_matrices():
+    """Well-conditioned matrices whose rows are shuffled and some negated: LU must pivot, and determinants
+    take both signs."""
+    def build(n):
+        return st.tuples(st.sampled_from([(), (2,)]), st.permutations(list(range(n))),
+                         hnp.arrays(np.bool_, (n,))).flatmap(
+            lambda t: values(t[0] + (n, n), -0.4, 0.4).map(
+                lambda a: ((a + 2 * np.eye(n)) * np.where(t[2], -1.0, 1.0)[:, None])[..., t[1], :]))
+    return MATRIX_SIDE.flatmap(lambda n: st.tuples(build(n)))
+
+
+def _cross_inputs():
+    return st.sampled_from([((3,), (3,)), ((2, 3), (2, 3)), ((2, 3), (3,)), ((1, 3), (2, 1, 3))]).flatmap(
+        lambda p: st.tuples(values(p[0], -2, 2), values(p[1], -2, 2)))
+
+
+def _sparse_labels_inputs():
+    return NONSCALAR.flatmap(lambda s: st.tuples(
+        hnp.arrays(np.int64, s[:-1], elements=st.integers(0, s[-1] - 1)), values(s, -3, 3)))
+
+
+def _sparse_ce_ref(labels, logits):
+    log_p = np.log(_softmax_ref(logits))
+    return -np.take_along_axis(log_p, labels[..., None], axis=-1)[..., 0]
+
+
+def _index_tuples(dims, count):
+    """An int64 array (count, len(dims)) of in-range index tuples."""
+    return st.tuples(*[st.integers(0, d - 1) for d in dims]).map(list) if dims else st.just([])
+
+
+def _gather_nd_inputs():
+    def build(s, k, count):
+        idx = st.lists(_index_tuples(s[:k], count), min_size=count, max_size=count).map(
+            lambda rows: np.asarray(rows, np.int64).reshape(count, k))
+        return st.tuples(values(s, -2, 2), idx)
+    return NONSCALAR.flatmap(lambda s: st.tuples(st.just(s), st.integers(1, len(s)), st.integers(1, 3))).flatmap(
+        lambda t: build(*t))
+
+
+def _gather_nd_ref(x, idx):
+    return x[tuple(idx.T)]
+
+
+def _boolean_mask_inputs():
+    def build(s, axis, rank):
+        mask = hnp.arrays(np.bool_, s[axis:axis + rank]).map(lambda m: m | (np.arange(m.size) == 0).reshape(m.shape))
+        return st.tuples(values(s, -2, 2), mask, st.just(axis))
+    return NONSCALAR.flatmap(lambda s: st.integers(0, len(s) - 1).flatmap(
+        lambda a: st.integers(1, len(s) - a).flatmap(lambda r: build(s, a, r))))
+
+
+def _boolean_mask_ref(x, mask, axis):
+    flat = x.reshape(x.shape[:axis] + (mask.size,) + x.shape[axis + mask.ndim:])
+    return np.take(flat, np.flatnonzero(mask), axis=axis)
+
+
+def _scatter_inputs():
+    def build(s, k, count):
+        idx = st.lists(_index_tuples(s[:k], count), min_size=count, max_size=count).map(
+            lambda rows: np.asarray(rows, np.int64).reshape(count, k))
+        return st.tuples(values(s, -2, 2), idx, values((count,) + s[k:], -2, 2))
+    return NONSCALAR.flatmap(lambda s: st.tuples(st.just(s), st.integers(1, len(s)), st.integers(1, 4))).flatmap(
+        lambda t: build(*t))
+
+
+def _scatter_add_ref(x, idx, updates):
+    out = x.copy()
+    np.add.at(out, tuple(idx.T), updates)
+    return out
+
+
+def _scatter_update_ref(x, idx, updates):
+    out = x.copy()
+    for row, u in zip(idx, updates):          # in order: the last duplicate wins
+        out[tuple(row)] = u
+    return out
+
+
+def _away_from(points, lo, hi, gap=0.1):
+    """Values in [lo, hi] at least `gap` from every kink in `points`."""
+    def push(a):
+        for p in points:
+            a = np.where(np.abs(a - p) < gap, p + np.where(a >= p, gap, -gap), a)
+        return a
+    return SHAPES.flatmap(lambda s: st.tuples(values(s, lo, hi).map(push)))
 
 
 CASES = {
@@ -318,6 +471,41 @@ CASES = {
                     _running_inputs()),
     "gelu": Case(lambda x, approximate: jt.nn.gelu(x, approximate), _gelu_ref,
                  SHAPES.flatmap(lambda s: st.tuples(values(s, -3, 3), st.booleans()))),
+    # -- TensorFlow names (composites) --
+    "roll": Case(lambda x, s, a: jt.roll(x, s, a), lambda x, s, a: np.roll(x, s, a), _roll_inputs()),
+    "repeat": Case(lambda x, r, a: jt.repeat(x, r, a), lambda x, r, a: np.repeat(x, r, a), _repeat_inputs()),
+    "reduce_std": Case(lambda x, a, k: jt.math.reduce_std(x, a, k), lambda x, a, k: np.std(x, a, keepdims=k),
+                       _std_inputs()),
+    "sort": Case(lambda x, a, d: jt.sort(x, a, d), _sort_ref, _sort_inputs()),
+    "top_k": Case(lambda x, k: jt.math.top_k(x, k).values, _top_k_ref,
+                  NONSCALAR.flatmap(lambda s: st.tuples(distinct(s), st.integers(1, s[-1])))),
+    "matvec": Case(lambda a, b, t: jt.linalg.matvec(a, b, transpose_a=t),
+                   lambda a, b, t: np.einsum("...ji,...j->...i" if t else "...ij,...j->...i", a, b), _matvec_inputs()),
+    "cross": Case(jt.linalg.cross, np.cross, _cross_inputs()),
+    "diag_part": Case(jt.linalg.diag_part, lambda x: np.diagonal(x, axis1=-2, axis2=-1), _matrix_inputs()),
+    "trace": Case(jt.linalg.trace, lambda x: np.trace(x, axis1=-2, axis2=-1), _matrix_inputs()),
+    "band_part": Case(lambda x, lo, up: jt.linalg.band_part(x, lo, up), _band_ref,
+                      _matrix_inputs().flatmap(lambda t: st.tuples(st.just(t[0]), st.integers(-1, 2), st.integers(-1, 2)))),
+    "triangular_solve": Case(lambda a, b, lower, adj: jt.linalg.triangular_solve(a, b, lower, adj), _triangular_ref,
+                             square_matrices(1).flatmap(lambda t: st.tuples(
+                                 st.just(t[0]), values(t[0].shape[:-1] + (2,), -2, 2), st.booleans(), st.booleans()))),
+    "cholesky": Case(jt.linalg.cholesky, np.linalg.cholesky, square_matrices(1)),
+    "det": Case(jt.linalg.det, np.linalg.det, _pivoting_matrices()),
+    "slogdet": Case(lambda a: jt.linalg.slogdet(a)[1], lambda a: np.linalg.slogdet(a)[1], _pivoting_matrices()),
+    "gather_nd": Case(jt.gather_nd, _gather_nd_ref, _gather_nd_inputs()),
+    "boolean_mask": Case(lambda x, m, a: jt.boolean_mask(x, m, axis=a), _boolean_mask_ref, _boolean_mask_inputs()),
+    "tensor_scatter_nd_add": Case(jt.tensor_scatter_nd_add, _scatter_add_ref, _scatter_inputs()),
+    "tensor_scatter_nd_update": Case(jt.tensor_scatter_nd_update, _scatter_update_ref, _scatter_inputs()),
+    "sparse_softmax_cross_entropy_with_logits": Case(
+        lambda z, x: jt.nn.sparse_softmax_cross_entropy_with_logits(z, x), _sparse_ce_ref, _sparse_labels_inputs()),
+    "l2_loss": unary(jt.nn.l2_loss, lambda x: np.sum(x ** 2) / 2),
+    "leaky_relu": Case(lambda x, a: jt.nn.leaky_relu(x, a), lambda x, a: np.where(x > 0, x, a * x),
+                       SHAPES.flatmap(lambda s: st.tuples(values(s, -2, 2, gap=0.1), st.sampled_from([0.2, 0.01])))),
+    "selu": unary(jt.nn.selu, lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x)),
+                  gap=0.1),
+    "silu": unary(jt.nn.silu, lambda x: x / (1 + np.exp(-x)), -5, 5),
+    "log_sigmoid": unary(jt.nn.log_sigmoid, lambda x: -np.log1p(np.exp(-x)), -8, 8),
+    "relu6": Case(jt.nn.relu6, lambda x: np.clip(x, 0, 6), _away_from((0.0, 6.0), -2, 8)),
 }
 
 OPS = sorted(PRIMITIVES) + sorted(COMPOSITES)
@@ -444,15 +632,35 @@ def test_op(name):
         assert PRIMITIVES[name].opcode in seen, f"{name}: no example lowered to its opcode"
 
 
+# Each non-differentiable op: a call on the watched 2-D float x and its numpy reference (value and dtype).
+NON_DIFFERENTIABLE_CASES = {
+    "round": (jt.round, np.round),
+    **{name: (lambda x, name=name: getattr(jt, name)(x, 0.0), lambda x, name=name: getattr(np, name)(x, 0.0))
+       for name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")},
+    "argmax": (lambda x: jt.argmax(x, axis=1), lambda x: np.argmax(x, 1).astype(np.int64)),
+    "argmin": (lambda x: jt.argmin(x, output_type=jt.int32), lambda x: np.argmin(x, 0).astype(np.int32)),
+    "argsort": (lambda x: jt.argsort(x, direction="DESCENDING"),
+                lambda x: np.argsort(-x, axis=-1, kind="stable").astype(np.int32)),
+    "reduce_any": (lambda x: jt.reduce_any(x > 1.0, axis=1), lambda x: np.any(x > 1.0, axis=1)),
+    "reduce_all": (lambda x: jt.reduce_all(x, keepdims=True), lambda x: np.all(x != 0, keepdims=True)),
+    # on_value derived from x: the one-hot result is still a constant
+    "one_hot": (lambda x: jt.one_hot([0, 2, 7], 4, on_value=x[0, 0], off_value=-1.0),
+                lambda x: np.where(np.arange(4) == np.array([0, 2, 7])[:, None], x[0, 0], -1.0).astype(np.float32)),
+}
+
+
 @pytest.mark.parametrize("name", sorted(NON_DIFFERENTIABLE))
 def test_non_differentiable_ops_are_not_recorded(name):
-    fn = NON_DIFFERENTIABLE[name]
-    x = jt.constant([0.4, 1.6, -2.5])
+    assert name in NON_DIFFERENTIABLE_CASES, f"{name} is registered without a NON_DIFFERENTIABLE_CASES entry"
+    call, reference = NON_DIFFERENTIABLE_CASES[name]
+    values = np.array([[0.4, 1.6, -2.5], [0.0, 3.0, 0.4]], np.float32)
+    x = jt.constant(values)
     with jt.GradientTape() as tape:
         tape.watch(x)
-        y = fn(x) if name == "round" else fn(x, 0.0)
-    reference = np.round([0.4, 1.6, -2.5]) if name == "round" else getattr(np, name)([0.4, 1.6, -2.5], 0.0)
-    np.testing.assert_array_equal(np.asarray(y), reference)
+        y = call(x)
+    expected = np.asarray(reference(values))
+    np.testing.assert_array_equal(np.asarray(y), expected)
+    assert y.dtype == expected.dtype, f"{name}: dtype {y.dtype}, expected {expected.dtype}"
     assert tape.gradient(y, x) is None
 
 
