@@ -334,3 +334,25 @@ def test_batch_jacobian_first_dims_differ_leaves_tape_working():
     with pytest.raises(ValueError):
         tape.batch_jacobian(yt, m)
     assert_state_intact(tape, v, x, y1, y2)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda v, x, y1: jt.reshape(y1 * x, (1,) * 9),                           # the result has rank 9
+    lambda v, x, y1: jt.reduce_sum(jt.constant(np.ones((1,) * 9)) * x),       # an input has rank 9
+    lambda v, x, y1: jt.stack([jt.reshape(x, (1,) * 8)] * 2),                # a composite's last step fails
+], ids=["rank-9 result", "rank-9 input", "stack to rank 9"])
+def test_an_op_that_raises_records_nothing_on_any_tape(bad):
+    error = record_around(bad, ValueError)
+    assert "rank" in str(error)
+    x = jt.constant(X0)
+    with jt.GradientTape(persistent=True) as first, jt.GradientTape(persistent=True) as second:
+        first.watch(x)
+        second.watch(x)
+        y = x * 2.0
+        with pytest.raises(ValueError, match="rank"):
+            bad(None, x, y)
+        for tape in (first, second):
+            # a composite may have recorded its earlier, valid steps; the failing one added no value or slot
+            assert len(tape._slot_rows) == len(tape._values) * (3 + 8)
+        z = y * y
+    assert float(first.gradient(z, x)) == pytest.approx(8 * X0) and float(second.gradient(z, x)) == pytest.approx(8 * X0)

@@ -48,3 +48,38 @@ def test_convert_to_tensor():
     assert jt.convert_to_tensor(np.int64(3), dtype_hint=jt.float64).dtype == jt.int64    # hints only Python values
     with pytest.raises(ValueError, match="requested dtype float64 for a Tensor of dtype float32; use jt.cast"):
         jt.convert_to_tensor(t, dtype=jt.float64)
+
+
+def test_copies_and_pickles_never_share_a_tensors_identity():
+    import copy
+    import pickle
+    v = jt.Variable(2.0)
+    w = copy.deepcopy(v)
+    w.assign(5.0)
+    assert copy.copy(v) is v and float(v) == 2.0                  # TensorFlow: copy.copy is the variable
+    with jt.GradientTape() as tape:
+        y = v ** 2 + 3 * w
+    gv, gw = tape.gradient(y, [v, w])
+    assert (float(gv), float(gw)) == (4.0, 3.0)
+    restored = pickle.loads(pickle.dumps(v))
+    assert isinstance(restored, jt.Variable) and restored._id != v._id and float(restored) == 2.0
+    assert restored.trainable and restored.name == v.name
+    t = jt.constant([1.0, 2.0])
+    assert copy.copy(t) is t and copy.deepcopy(t) is t              # immutable: a copy is the tensor
+    t2 = pickle.loads(pickle.dumps(t))
+    assert t2._id != t._id and t2.dtype == t.dtype
+    np.testing.assert_array_equal(t2.numpy(), t.numpy())
+
+
+def test_a_deep_copied_module_trains_on_its_own_variables():
+    import copy
+    layer = jt.layers.Dense(2)
+    x = jt.constant(np.ones((3, 4), np.float32))
+    layer(x)
+    target = copy.deepcopy(layer)
+    with jt.GradientTape() as tape:
+        loss = jt.reduce_sum(target(x)) + jt.reduce_sum(layer(x) * 0.0)
+    grads = tape.gradient(loss, target.trainable_variables + layer.trainable_variables)
+    assert all(g is not None for g in grads)
+    np.testing.assert_array_equal(grads[0].numpy(), np.full((4, 2), 3.0))
+    np.testing.assert_array_equal(grads[2].numpy(), np.zeros((4, 2)))

@@ -153,6 +153,8 @@ _FUNCTIONS = {
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: norm(
         x, "euclidean" if ord is None else ord, axis, keepdims),
     np.linalg.solve: solve, np.linalg.inv: inv,
+    np.swapaxes: lambda a, axis1, axis2: transpose(a, _swapped(np.ndim(a), axis1, axis2)),
+    np.copy: lambda a, **_: identity(a), np.ravel: lambda a, order="C": reshape(a, (-1,)),
     np.cumsum: lambda a, axis=None, dtype=None, out=None: cumsum(reshape(a, (-1,)) if axis is None else a, axis or 0),
     np.cumprod: lambda a, axis=None, dtype=None, out=None: cumprod(reshape(a, (-1,)) if axis is None else a,
                                                                     axis or 0),
@@ -214,6 +216,12 @@ _FUNCTIONS.update({
 
 def _unsupported(what, kwargs):
     raise ValueError(f"np.{what} on jitape tensors supports no keyword arguments, got {sorted(kwargs)}")
+
+
+def _swapped(ndim, axis1, axis2):
+    perm = list(range(ndim))
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    return perm
 
 
 def _array_function(self, func, types, args, kwargs):

@@ -59,6 +59,9 @@ def gelu(features, approximate=False, name=None):
         inner = _ew.scale(x + _ew.scale(x * _ew.square(x), 0.044715), math.sqrt(2 / math.pi))
         return _ew.scale(x * (1.0 + _ew.tanh(inner)), 0.5)
     return _ew.scale(x * (1.0 + _ew.erf(_ew.scale(x, 1 / math.sqrt(2)))), 0.5)
+
+
+@composite
 def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):
     """-log_softmax(logits)[label] for integer class labels of shape logits.shape[:-1].
 
