@@ -1,12 +1,13 @@
 """Runs the selected perf/ workloads in one process and prints their tables
 (markdown, ready for perf/README.md).
 
-Usage: python perf/run.py [W1 W2 W3 W4 W5 W6a startup] [--profile]
+Usage: python perf/run.py [W1 W2 W3 W4 W5 W6a startup enclosing] [--profile]
 (no names: all of them; --profile adds cProfile listings of the jitape rows)
 """
 import harness  # first: single-thread setup before numpy and the peers load
 import sys
 
+import enclosing_tape
 import startup
 import w1_scalar_chain
 import w2_mlp
@@ -23,6 +24,7 @@ WORKLOADS = {
     "W5": w5_batch_jacobians.tables,
     "W6a": w6a_linreg.tables,
     "startup": startup.tables,
+    "enclosing": enclosing_tape.tables,
 }
 
 

@@ -37,7 +37,7 @@ def _matmul_vjp(g, out, ins, p, w):
         gb = _shape.reshape(matmul(_shape.transpose(_shape.reshape(ins[0], (m, k))), g2), ins[1].shape) \
             if w[1] else None
         return ga, gb
-    batch = max(batch_a, batch_b)
+    batch = max(batch_a, batch_b) if batch_a and batch_b else 0      # a batch of one broadcasts, none does not
     g3 = _shape.reshape(g, (batch, m, n))
     ga = gb = None
     if w[0]:
@@ -172,8 +172,9 @@ def tensordot(a, b, axes):
     free_a = [i for i in range(a.ndim) if i not in axes_a]
     free_b = [i for i in range(b.ndim) if i not in axes_b]
     k = math.prod(a.shape[i] for i in axes_a)
-    a2 = _shape.reshape(_shape.transpose(a, free_a + axes_a), (-1, k))
-    b2 = _shape.reshape(_shape.transpose(b, axes_b + free_b), (k, -1))
+    # explicit sizes, not -1: with k = 0 a -1 would be ambiguous
+    a2 = _shape.reshape(_shape.transpose(a, free_a + axes_a), (math.prod(a.shape[i] for i in free_a), k))
+    b2 = _shape.reshape(_shape.transpose(b, axes_b + free_b), (k, math.prod(b.shape[i] for i in free_b)))
     return _shape.reshape(matmul(a2, b2), tuple(a.shape[i] for i in free_a) + tuple(b.shape[i] for i in free_b))
 
 
@@ -234,7 +235,7 @@ def _contract(a, sa, b, sb, keep):
     size = {}
     for x, s in ((a, sa), (b, sb)):
         for c, d in zip(s, x.shape):
-            size[c] = max(size.get(c, 1), d)
+            size[c] = d if size.get(c, 1) == 1 else size[c]      # a size-1 dim broadcasts, a 0 does not
     a = _shape.transpose(a, [sa.index(c) for c in batch + free_a + summed])
     b = _shape.transpose(b, [sb.index(c) for c in batch + summed + free_b])
     a = _shape.broadcast_to(a, tuple(size[c] for c in batch + free_a + summed))

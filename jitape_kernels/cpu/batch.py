@@ -20,7 +20,7 @@ from numba import njit
 
 from .. import opcodes as oc
 from .interpreter import reverse_instruction
-from .linalg import matmul_reverse
+from .linalg import matmul_batch, matmul_reverse
 from .shape import leading_broadcast_block
 
 NO_ROWS = -1
@@ -146,7 +146,7 @@ def output_layout(code, r, slots, iattr, batch, p0, p1, p2):
         return _suffix_size(iattr, a + 1 + rank, rank, q)
     if op == oc.MATMUL:
         batch_a, batch_b, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
-        batch_out = max(batch_a, batch_b)
+        batch_out = matmul_batch(batch_a, batch_b)
         out = NO_ROWS
         if p0 != NO_ROWS:
             if m * k > 0 and p0 % (m * k) == 0 and batch_a == batch_out:

@@ -9,6 +9,12 @@ from numba import njit
 
 
 @njit(cache=True, error_model="numpy")
+def matmul_batch(batch_x, batch_w):
+    """The product's batch: a batch of one broadcasts, so an empty batch on either side gives none."""
+    return 0 if batch_x == 0 or batch_w == 0 else max(batch_x, batch_w)
+
+
+@njit(cache=True, error_model="numpy")
 def _matmul_operands(iattr, a, x, w, b):
     """Batch item b's (m, k) and (k, n) matrices and their batch indices (a batch of one is shared)."""
     batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
@@ -20,7 +26,7 @@ def _matmul_operands(iattr, a, x, w, b):
 @njit(cache=True, error_model="numpy")
 def matmul_forward(iattr, a, x, w, out):
     m, n = iattr[a + 2], iattr[a + 4]
-    for b in range(max(iattr[a], iattr[a + 1])):
+    for b in range(matmul_batch(iattr[a], iattr[a + 1])):
         X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
         out[b * m * n:(b + 1) * m * n] = np.dot(X, Wm).ravel()
 
@@ -29,7 +35,7 @@ def matmul_forward(iattr, a, x, w, out):
 def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w):
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
     K = g_out.shape[1]
-    for b in range(max(iattr[a], iattr[a + 1])):
+    for b in range(matmul_batch(iattr[a], iattr[a + 1])):
         X, Wm, bx, bw = _matmul_operands(iattr, a, x, w, b)
         G = g_out[b * m * n:(b + 1) * m * n]
         if want_w:
@@ -102,7 +108,7 @@ def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w):
     """C' += X' W + X W' over K tangent columns."""
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
     K = t_out.shape[1]
-    for b in range(max(iattr[a], iattr[a + 1])):
+    for b in range(matmul_batch(iattr[a], iattr[a + 1])):
         X, Wm, bx, bw = _matmul_operands(iattr, a, x, w, b)
         T = t_out[b * m * n:(b + 1) * m * n]
         if has_w:
@@ -128,7 +134,7 @@ def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
     for c in range(K):
         item[c], entry = divmod(start + c, per_item)
         row[c], col[c] = divmod(entry, n if seeded_w else k)
-    for b in range(max(batch_x, batch_w)):
+    for b in range(matmul_batch(batch_x, batch_w)):
         X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
         for i in range(m):
             for c in range(K):
@@ -148,7 +154,7 @@ def matmul_second(iattr, a, g_out, t_x, t_w, gt_x, gt_w):
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
     batch_x, batch_w = iattr[a], iattr[a + 1]
     K = gt_x.shape[1]
-    for b in range(max(batch_x, batch_w)):
+    for b in range(matmul_batch(batch_x, batch_w)):
         bx = b if batch_x > 1 else 0
         bw = b if batch_w > 1 else 0
         G = np.ascontiguousarray(g_out[b * m * n:(b + 1) * m * n]).reshape(m, n)

@@ -35,6 +35,7 @@ class Case:
     step: float = 1e-6          # central-difference step
     rtol: float = 1e-10         # forward tolerance (a float64 Program cannot round to float32)
     keeps_dtype: bool = True    # float32 inputs give a float32 output
+    draws_empty: bool = False   # the strategy itself draws size-0 tensors and empty axes (else see EMPTY)
 
 
 def values(shape, lo, hi, gap=0.0):
@@ -53,7 +54,7 @@ def distinct(shape):
 
 
 def unary(fn, ref, lo=-2.0, hi=2.0, gap=0.0):
-    return Case(fn, ref, SHAPES_OR_EMPTY.flatmap(lambda s: st.tuples(values(s, lo, hi, gap))))
+    return Case(fn, ref, SHAPES_OR_EMPTY.flatmap(lambda s: st.tuples(values(s, lo, hi, gap))), draws_empty=True)
 
 
 def binary(fn, ref, a=(-2.0, 2.0), b=(-2.0, 2.0), gap_b=0.0):
@@ -61,7 +62,8 @@ def binary(fn, ref, a=(-2.0, 2.0), b=(-2.0, 2.0), gap_b=0.0):
                       hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=3, min_side=0,
                                                         max_side=3))
     return Case(fn, ref, pairs.flatmap(lambda p: st.tuples(values(p.input_shapes[0], *a),
-                                                           values(p.input_shapes[1], *b, gap=gap_b))))
+                                                           values(p.input_shapes[1], *b, gap=gap_b))),
+                draws_empty=True)
 
 
 def separated_pair(fn, ref):
@@ -79,7 +81,7 @@ def with_axis(fn, ref, strategy=None, keepdims=True, shapes=SHAPES_OR_EMPTY):
         data = strategy(s) if strategy else values(s, -2, 2)
         return st.tuples(data, axes, st.booleans() if keepdims else st.just(False))
     return Case(lambda x, axes, keep: fn(x, axes or None, keep), lambda x, axes, keep: ref(x, axes or None, keep),
-                shapes.flatmap(build))
+                shapes.flatmap(build), draws_empty=shapes is SHAPES_OR_EMPTY)
 
 
 def square_matrices(count=1):
@@ -189,7 +191,7 @@ def _running_ref(ufunc):
     def ref(x, axis, exclusive, reverse):
         v = np.flip(x, axis) if reverse else x
         out = ufunc.accumulate(v, axis=axis)
-        if exclusive:
+        if exclusive and out.shape[axis]:
             n = out.shape[axis]
             first = np.full_like(np.take(out, [0], axis), ufunc.identity)
             out = np.concatenate([first, np.take(out, np.arange(n - 1), axis)], axis)
@@ -206,6 +208,8 @@ def _gelu_ref(x, approximate):
     if approximate:
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
     return 0.5 * x * (1 + scipy.special.erf(x / np.sqrt(2)))
+
+
 # -- TensorFlow names (composites): input strategies ----------------------------------------
 NONSCALAR = SHAPES.filter(len)
 
@@ -403,8 +407,9 @@ CASES = {
     # shape
     "reshape": Case(lambda x: jt.reshape(x, (-1,)), lambda x: x.reshape(-1),
                     SHAPES.flatmap(lambda s: st.tuples(values(s, -2, 2)))),
-    "transpose": Case(lambda x, p: jt.transpose(x, p), lambda x, p: np.transpose(x, p), _perm_inputs()),
-    "tile": Case(lambda x, r: jt.tile(x, r), lambda x, r: np.tile(x, r), _tile_inputs()),
+    "transpose": Case(lambda x, p: jt.transpose(x, p), lambda x, p: np.transpose(x, p), _perm_inputs(),
+                      draws_empty=True),
+    "tile": Case(lambda x, r: jt.tile(x, r), lambda x, r: np.tile(x, r), _tile_inputs(), draws_empty=True),
     "strided_slice": Case(lambda x, w: x[_window_key(w)], lambda x, w: x[_window_key(w)], _slice_inputs()),
     "pad": Case(_pad_fn, _pad_ref, _pad_inputs()),
     "concat": Case(lambda xs, axis: jt.concat(list(xs), axis), lambda xs, axis: np.concatenate(xs, axis),
@@ -424,7 +429,7 @@ CASES = {
     "reduce_logsumexp": with_axis(lambda x, a, k: jt.reduce_logsumexp(x, a, k),
                                   lambda x, a, k: np.log(np.sum(np.exp(x), a, keepdims=k))),
     # linear algebra
-    "matmul": Case(jt.matmul, np.matmul, _matmul_inputs()),
+    "matmul": Case(jt.matmul, np.matmul, _matmul_inputs(), draws_empty=True),
     "solve": Case(lambda a, b: jt.linalg.solve(a, b), np.linalg.solve,
                   square_matrices(1).flatmap(lambda t: st.tuples(st.just(t[0]), values(t[0].shape[:-1] + (2,), -2, 2)))),
     "inv": Case(jt.linalg.inv, np.linalg.inv, square_matrices(1)),
@@ -508,7 +513,51 @@ CASES = {
     "relu6": Case(jt.nn.relu6, lambda x: np.clip(x, 0, 6), _away_from((0.0, 6.0), -2, 8)),
 }
 
+def _zeros(*shape):
+    return np.zeros(shape)
+
+
+# size-0 examples of the ops whose strategies draw none: every op meets empty tensors and empty axes
+EMPTY = {
+    "elu": [(_zeros(0, 3), 1.0)], "clip_by_value": [(_zeros(2, 0),)], "scale": [(_zeros(0),)],
+    "powc": [(_zeros(0, 2), 2)], "cast": [(_zeros(0, 2),)], "maximum": [(_zeros(0, 2), _zeros(0, 2))],
+    "minimum": [(_zeros(0, 2), _zeros(2))], "where": [(_zeros(0, 2), _zeros(0, 2), _zeros(2))],
+    "reshape": [(_zeros(0, 3),)],
+    "strided_slice": [(_zeros(0, 3), ((0, 1, 0), (0, 1, 3))), (_zeros(2, 3), ((0, 1, 2), (1, 1, 0)))],
+    "pad": [(_zeros(0, 2), ((1, 1), (0, 1)), "CONSTANT")],
+    "concat": [((_zeros(2, 0), np.full((2, 3), 0.5)), 1), ((_zeros(0, 3), _zeros(0, 3)), 0)],
+    "gather": [(np.ones((3, 2)), np.zeros(0, np.int64), 0), (_zeros(3, 0), np.array([0, 2]), 0)],
+    "solve": [(_zeros(0, 2, 2), _zeros(0, 2, 1))], "inv": [(_zeros(0, 2, 2),)],
+    "einsum": [("ij,jk->ik", (_zeros(2, 0), _zeros(0, 3))), ("i,i->", (_zeros(0), _zeros(0)))],
+    "tensordot": [(_zeros(2, 0, 3), _zeros(0, 3, 2))],
+    "norm": [(_zeros(0), "euclidean", None), (_zeros(0, 3), "euclidean", 1)],
+    "clip_by_norm": [(_zeros(0), 0.5)], "softmax": [(_zeros(0, 3),)], "log_softmax": [(_zeros(0, 3),)],
+    "sigmoid_cross_entropy_with_logits": [(_zeros(0, 2), _zeros(0, 2))],
+    "softmax_cross_entropy_with_logits": [(_zeros(0, 3), _zeros(0, 3))],
+    "reduce_max": [(_zeros(0, 3), (1,), False)], "reduce_min": [(_zeros(0, 3), (1,), True)],
+    "polygamma": [(_zeros(0) + 1, 1)],
+    "cumsum": [(_zeros(0, 3), 1, False, False), (_zeros(2, 0), 1, True, True)],
+    "cumprod": [(_zeros(0, 3), 1, False, True), (_zeros(2, 0), 1, True, False)],
+    "gelu": [(_zeros(0, 2), False)], "roll": [(_zeros(0, 3), 1, 1)], "repeat": [(_zeros(0, 2), 2, 1)],
+    "reduce_std": [(_zeros(0, 3), (1,), False)], "sort": [(_zeros(0, 3), -1, "ASCENDING")],
+    "top_k": [(_zeros(0, 3), 2)], "matvec": [(_zeros(0, 2, 3), _zeros(3), False)],
+    "cross": [(_zeros(0, 3), _zeros(0, 3))], "diag_part": [(_zeros(0, 2, 2),)], "trace": [(_zeros(0, 2, 2),)],
+    "band_part": [(_zeros(0, 3, 3), 1, 0)], "triangular_solve": [(_zeros(0, 2, 2), _zeros(0, 2, 1), True, False)],
+    "cholesky": [(_zeros(0, 2, 2),)], "det": [(_zeros(0, 2, 2),)], "slogdet": [(_zeros(0, 2, 2),)],
+    "gather_nd": [(np.ones((3, 2)), np.zeros((0, 1), np.int64))],
+    "boolean_mask": [(np.ones((3, 2)), np.zeros(3, bool), 0)],
+    "tensor_scatter_nd_add": [(np.ones((3, 2)), np.zeros((0, 1), np.int64), _zeros(0, 2))],
+    "tensor_scatter_nd_update": [(np.ones((3, 2)), np.zeros((0, 1), np.int64), _zeros(0, 2))],
+    "sparse_softmax_cross_entropy_with_logits": [(np.zeros(0, np.int64), _zeros(0, 3))],
+    "leaky_relu": [(_zeros(0, 2), 0.2)], "relu6": [(_zeros(0, 2),)],
+}
+
 OPS = sorted(PRIMITIVES) + sorted(COMPOSITES)
+
+
+def test_every_op_meets_empty_tensors():
+    missing = [name for name in OPS if not CASES[name].draws_empty and name not in EMPTY]
+    assert not missing, f"ops whose cases never meet a size-0 tensor: {missing}"
 
 
 def test_every_op_has_a_case():
@@ -628,6 +677,8 @@ def test_op(name):
 
     seen = set()
     run()
+    for args in EMPTY.get(name, ()):
+        seen.update(_check(name, args))
     if name in PRIMITIVES:
         assert PRIMITIVES[name].opcode in seen, f"{name}: no example lowered to its opcode"
 
@@ -733,50 +784,55 @@ def test_op_forward_mode_and_hessian(name):
     """Forward-mode Jacobian == reverse-mode Jacobian; compiled forward-over-reverse Hessian == recorded
     VJPs differentiated again == central differences of the gradient. All inputs are packed into one
     source, so cross terms are covered."""
-    case = CASES[name]
-
     @settings(max_examples=4, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
-    @given(case.inputs)
+    @given(CASES[name].inputs)
     def run(args):
-        where = _flatten_args(args)
-        arrays = [args[i] if j is None else args[i][j] for i, j in where]
-        shapes = [a.shape for a in arrays]
-        z0 = np.concatenate([a.ravel() for a in arrays])
-        rng = np.random.default_rng(11)
-        ct = rng.uniform(0.5, 1.5, np.shape(case.ref(*args)))
-        v = rng.uniform(-1, 1, z0.shape)
-        z = jt.constant(z0)
-        with jt.GradientTape(persistent=True) as tape:
-            tape.watch(z)
-            y = _packed(case, args, where, shapes, z)
-            s = jt.reduce_sum(y * ct)
-        # every op's tangent kernel: forward-mode Jacobian == reverse-mode Jacobian
-        (forward,), (reverse,) = (source_jacobians(tape, y, [z], mode) for mode in ("forward", "reverse"))
-        np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-12, err_msg=f"{name}: forward vs reverse")
-        compiled = tape.hessian(s, z)
-        hv = tape.hessian_vector_product(s, z, v)
-        with jt.GradientTape() as enclosing:      # a tape recording what the Hessian reads selects the recorded path
-            enclosing.watch(z)
-            recorded = tape.hessian(s, z)
-        if compiled is None:
-            assert recorded is None
-            return
-        np.testing.assert_allclose(compiled.numpy(), recorded.numpy(), rtol=1e-9, atol=1e-10,
-                                   err_msg=f"{name}: compiled vs recorded Hessian")
-        np.testing.assert_allclose(hv.numpy(), compiled.numpy() @ v, rtol=1e-9, atol=1e-10,
-                                   err_msg=f"{name}: hessian_vector_product vs hessian @ v")
-        h = max(case.step, 1e-5)
-
-        def gradient_at(t):
-            zt = jt.constant(z0 + t * v)
-            with jt.GradientTape() as g_tape:
-                g_tape.watch(zt)
-                value = _packed_scalar(case, args, where, shapes, zt, ct)
-            return g_tape.gradient(value, zt, unconnected_gradients="zero").numpy()
-
-        numeric = (gradient_at(h) - gradient_at(-h)) / (2 * h)
-        np.testing.assert_allclose(hv.numpy(), numeric, rtol=1e-4, atol=1e-4,
-                                   err_msg=f"{name}: Hessian vs central differences of the gradient")
+        _check_forward_mode_and_hessian(name, args)
 
     run()
+    for args in EMPTY.get(name, ()):
+        _check_forward_mode_and_hessian(name, args)
+
+
+def _check_forward_mode_and_hessian(name, args):
+    case = CASES[name]
+    where = _flatten_args(args)
+    arrays = [args[i] if j is None else args[i][j] for i, j in where]
+    shapes = [a.shape for a in arrays]
+    z0 = np.concatenate([a.ravel() for a in arrays])
+    rng = np.random.default_rng(11)
+    ct = rng.uniform(0.5, 1.5, np.shape(case.ref(*args)))
+    v = rng.uniform(-1, 1, z0.shape)
+    z = jt.constant(z0)
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(z)
+        y = _packed(case, args, where, shapes, z)
+        s = jt.reduce_sum(y * ct)
+    # every op's tangent kernel: forward-mode Jacobian == reverse-mode Jacobian
+    (forward,), (reverse,) = (source_jacobians(tape, y, [z], mode) for mode in ("forward", "reverse"))
+    np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-12, err_msg=f"{name}: forward vs reverse")
+    compiled = tape.hessian(s, z)
+    hv = tape.hessian_vector_product(s, z, v)
+    with jt.GradientTape() as enclosing:      # a tape recording what the Hessian reads selects the recorded path
+        enclosing.watch(z)
+        recorded = tape.hessian(s, z)
+    if compiled is None:
+        assert recorded is None
+        return
+    np.testing.assert_allclose(compiled.numpy(), recorded.numpy(), rtol=1e-9, atol=1e-10,
+                               err_msg=f"{name}: compiled vs recorded Hessian")
+    np.testing.assert_allclose(hv.numpy(), compiled.numpy() @ v, rtol=1e-9, atol=1e-10,
+                               err_msg=f"{name}: hessian_vector_product vs hessian @ v")
+    h = max(case.step, 1e-5)
+
+    def gradient_at(t):
+        zt = jt.constant(z0 + t * v)
+        with jt.GradientTape() as g_tape:
+            g_tape.watch(zt)
+            value = _packed_scalar(case, args, where, shapes, zt, ct)
+        return g_tape.gradient(value, zt, unconnected_gradients="zero").numpy()
+
+    numeric = (gradient_at(h) - gradient_at(-h)) / (2 * h)
+    np.testing.assert_allclose(hv.numpy(), numeric, rtol=1e-4, atol=1e-4,
+                               err_msg=f"{name}: Hessian vs central differences of the gradient")
