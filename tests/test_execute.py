@@ -398,14 +398,27 @@ def test_recorded_per_example_gradients_of_parameters_computed_from_the_sources(
     x = jt.constant(rng.uniform(-1, 1, (batch, 4)))
     w = jt.Variable(rng.uniform(-1, 1, (3, 4)))
     b = jt.Variable(rng.uniform(-1, 1, (3,)))
-    with jt.GradientTape(persistent=True) as tape:
-        h = jt.tanh(jt.matmul(x, jt.transpose(w * 2.0)) + b * b)
-        losses = jt.reduce_sum(jt.square(h), axis=1)
-    compiled = tape.per_example_gradients(losses, [w, b])
     with jt.GradientTape() as outer:
-        outer.watch([w, b])
+        with jt.GradientTape(persistent=True) as tape:
+            h = jt.tanh(jt.matmul(x, jt.transpose(w * 2.0)) + b * b)
+            losses = jt.reduce_sum(jt.square(h), axis=1)
+        with outer.stop_recording():
+            compiled = tape.per_example_gradients(losses, [w, b])
         recorded = tape.per_example_gradients(losses, [w, b])
         total = jt.reduce_sum(recorded[0]) + jt.reduce_sum(recorded[1])
     for c, r in zip(compiled, recorded):
         np.testing.assert_allclose(r.numpy(), c.numpy(), rtol=1e-12, atol=1e-14)
-    assert outer.gradient(total, [w, b])[0] is not None
+    gw, gb = outer.gradient(total, [w, b])      # the recorded per-example gradients are differentiable again
+
+    def total_at(wv, bv):
+        w2, b2 = jt.Variable(wv), jt.Variable(bv)
+        with jt.GradientTape() as t:
+            out = jt.reduce_sum(jt.square(jt.tanh(jt.matmul(x, jt.transpose(w2 * 2.0)) + b2 * b2)), axis=1)
+        return sum(float(jt.reduce_sum(g)) for g in t.per_example_gradients(out, [w2, b2]))
+    w0, b0 = w.numpy(), b.numpy()
+    e = np.zeros_like(w0)
+    e[1, 2] = 1e-6
+    assert float(gw.numpy()[1, 2]) == pytest.approx((total_at(w0 + e, b0) - total_at(w0 - e, b0)) / 2e-6, rel=1e-5)
+    e = np.zeros_like(b0)
+    e[0] = 1e-6
+    assert float(gb.numpy()[0]) == pytest.approx((total_at(w0, b0 + e) - total_at(w0, b0 - e)) / 2e-6, rel=1e-5)
