@@ -196,6 +196,13 @@ def _lu_pivots(a):
         # a zero column (singular input) has nothing to eliminate: divide by 1 instead of 0
         zero = column[np.arange(batch), pivot] == 0
         safe_d = _ew.where(zero[:, None, None], 1.0, d) if zero.any() else d
+        if zero.any():
+            # that branch has no derivative (the determinant's, the adjugate, is not what it computes): a term
+            # of value 0 whose derivative is nan (0 * sqrt'(0)) at every entry of the zero column makes the
+            # gradient loud, never silently wrong; matrices with a nonzero pivot here read a constant instead
+            column_entries = _ew.where(zero[:, None, None], _shape.slice(s, (0, 0, 0), (batch, m, 1)), 1.0)
+            loud = _ew.scale(_red.reduce_sum(_ew.sqrt(_ew.square(column_entries)), axis=(1, 2)), 0.0)
+            diagonal[-1] = diagonal[-1] + loud
         factors = _shape.slice(s, (0, 1, 0), (batch, m - 1, 1)) / safe_d
         s = _shape.slice(s, (0, 1, 1), (batch, m - 1, m - 1)) - \
             _linalg.matmul(factors, _shape.slice(s, (0, 0, 1), (batch, 1, m - 1)))
@@ -206,8 +213,8 @@ def _lu_pivots(a):
 def det(input, name=None):
     """The determinant of each square matrix in (..., n, n): the product of U's diagonal in a pivoted LU.
 
-    An exactly singular matrix gives exactly 0, but its gradient there is not the adjugate (the LU
-    branch skips the zero column); TensorFlow raises for that gradient.
+    An exactly singular matrix (a zero pivot before the last column) gives exactly 0 and a nan gradient:
+    this LU has no derivative there (TensorFlow raises for that gradient).
 
     >>> import jitape as jt
     >>> float(jt.linalg.det(jt.constant([[2.0, 1.0], [4.0, 3.0]])))

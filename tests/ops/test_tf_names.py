@@ -150,3 +150,23 @@ def test_numpy_functions_dispatch_to_the_recorded_ops():
     assert bool(np.any(x > 2.0)) == bool(np.any(X > 2.0)) and np.all(jt.not_equal(x, 0.0), axis=0).shape == (3, 4)
     with pytest.raises(ValueError, match="ddof=0 only"):
         np.std(x, ddof=1)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("matrix", [
+    [[1.0, 2.0], [2.0, 4.0]],                                   # the zero pivot comes last: the adjugate
+    [[0.0, 0.0, 1.0], [0.0, 2.0, 3.0], [0.0, 1.0, 5.0]],        # a zero column first: no derivative here
+    [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]],
+])
+def test_det_of_a_singular_matrix_is_zero_and_its_gradient_never_silently_wrong(matrix):
+    a = jt.constant(np.array(matrix))
+    with jt.GradientTape() as tape:
+        tape.watch(a)
+        d = jt.linalg.det(a)
+    assert float(d) == 0.0
+    got = tape.gradient(d, a).numpy()
+    A = np.array(matrix)
+    cofactors = np.array([[(-1) ** (i + j) * np.linalg.det(np.delete(np.delete(A, i, 0), j, 1))
+                           for j in range(len(A))] for i in range(len(A))])
+    finite = np.isfinite(got)
+    np.testing.assert_allclose(got[finite], cofactors[finite], atol=1e-12)
