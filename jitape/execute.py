@@ -249,7 +249,7 @@ def source_hessian(tape, target, source, directions=None):
         adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
         adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
         written = second_order_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena,
-                                     adjoint, tangent, adjoint_tangent)
+                                     adjoint, tangent, adjoint_tangent, _seeded_slots(program))
         for s in slots:
             if not written[s]:
                 adjoint_tangent[program.adjoint_rows[s]:program.adjoint_rows[s] + n] = 0

@@ -91,23 +91,34 @@ def test_a_source_listed_twice_gets_its_jacobian_twice(path, width):
 
 
 # -- singular points: IEEE inf/nan on every path, never an exception ------------------------------------
-SINGULAR = {
-    "log at 0": (jt.log, 0.0),
-    "1/x at 0": (lambda x: 1 / x, 0.0),
-    "sqrt at 0": (jt.sqrt, 0.0),
-    "log1p at -1": (jt.log1p, -1.0),
-    "x/x at 0": (lambda x: x / x, 0.0),
-    "norm of zero": (lambda x: jt.norm(x * jt.constant(np.array([1.0, 0.0]))), 0.0),
-    "x ** 0.5 at 0": (lambda x: x ** 0.5, 0.0),
-    "pow(x, 2.0) at 0": (lambda x: jt.pow(x, jt.constant(2.0, np.float64)), 0.0),
+SINGULAR = {     # (function, the singular point, a regular point)
+    "log at 0": (jt.log, 0.0, 0.5),
+    "1/x at 0": (lambda x: 1 / x, 0.0, 0.5),
+    "sqrt at 0": (jt.sqrt, 0.0, 0.5),
+    "log1p at -1": (jt.log1p, -1.0, 0.5),
+    "x/x at 0": (lambda x: x / x, 0.0, 0.5),
+    "norm of zero": (lambda x: jt.norm(x * jt.constant(np.array([1.0, 0.0]))), 0.0, 0.5),
+    "x ** 0.5 at 0": (lambda x: x ** 0.5, 0.0, 0.5),
+    "pow(x, 2.0) at 0": (lambda x: jt.pow(x, jt.constant(2.0, np.float64)), 0.0, 0.5),
+    "pow(0, x) at 0": (lambda x: jt.pow(jt.constant(0.0, np.float64), x), 0.0, 0.5),
+    "log10 at 0": (jt.log10, 0.0, 0.5),
+    "log2 at 0": (jt.log2, 0.0, 0.5),
+    "acosh at 1": (jt.acosh, 1.0, 1.5),
+    "atanh at 1": (jt.atanh, 1.0, 0.5),
+    "asin at -1": (jt.asin, -1.0, 0.5),
+    "acos at 1": (jt.acos, 1.0, 0.5),
+    "lgamma at 0": (jt.lgamma, 0.0, 0.5),
+    "digamma at -1": (jt.digamma, -1.0, 0.5),
+    "atan2 at the origin": (lambda x: jt.atan2(x, x * 0.5), 0.0, 0.5),
+    "mean of an empty axis": (lambda x: jt.reduce_mean(x[:0]) + x, 0.0, 0.5),
 }
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("name", sorted(SINGULAR))
 def test_singular_points_give_the_same_ieee_values_on_every_path(name):
-    fn, at = SINGULAR[name]
-    x = jt.constant(np.array([at, 0.5]))
+    fn, at, regular = SINGULAR[name]
+    x = jt.constant(np.array([at, regular]))
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
         y = fn(x)
@@ -125,10 +136,14 @@ def test_singular_points_give_the_same_ieee_values_on_every_path(name):
         np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=name)
     # By columns (forward mode, forward over reverse) a zero tangent meets an infinite partial (0 * inf = nan)
     # in the transposed places of where a zero cotangent meets it by rows, as with jax.jacfwd and jax.jacrev;
-    # the diagonal and every finite entry agree
+    # the diagonal and every finite entry agree. At the singular point itself the second derivative is
+    # infinite, and the recorded VJPs, differentiated again, may meet inf - inf there (nan where the
+    # compiled rule gives -inf): both are non-finite
     forward = jt.execute.source_jacobians(tape, y, [x], "forward")[0].reshape(-1, 2)
-    for got, want in ((forward, compiled[1]), (results["recorded"][2], compiled[2])):
-        np.testing.assert_allclose(np.diag(got), np.diag(want), rtol=1e-12, err_msg=f"{name}: diagonal")
+    for got, want, exact in ((forward, compiled[1], True), (results["recorded"][2], compiled[2], False)):
+        if exact:
+            np.testing.assert_allclose(np.diag(got), np.diag(want), rtol=1e-12, err_msg=f"{name}: diagonal")
+        np.testing.assert_array_equal(np.isfinite(np.diag(got)), np.isfinite(np.diag(want)), err_msg=name)
         both = np.isfinite(got) & np.isfinite(want)
         np.testing.assert_allclose(got[both], want[both], rtol=1e-12, err_msg=name)
         off = ~np.eye(*got.shape, dtype=bool) & ~both

@@ -49,6 +49,7 @@ def warmup_steps():
                       lambda d=dtype: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
                                                   -1, 0, -1)))
         steps.append((f"second_order_sweep[{name}]", lambda d=dtype: second_order_sweep(
-            *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d))))
+            *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
+            np.zeros(0, np.int64))))
         steps.append((f"optimizers[{name}]", lambda d=dtype: _optimizer_steps(d)))
     return steps

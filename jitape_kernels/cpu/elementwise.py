@@ -463,9 +463,10 @@ def binary_tangent(op, a, b, y, t_a, t_b, t_out, has_a, has_b):
 
 
 @njit(cache=True, error_model="numpy")
-def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b):
+def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b, live_a, live_b):
     """Second-order terms of the inputs' cotangent tangents, g_out one column; only MUL, DIV, POW, ATAN2 have
-    them (MUL only when both inputs are active, DIV only when the divisor is)."""
+    them (MUL only when both inputs are active, DIV only when the divisor is). live_a / live_b: whether the
+    input's tangent can be nonzero (not computed from empty tensors only)."""
     if not ((op == oc.MUL and has_a and has_b) or (op == oc.DIV and has_b) or op == oc.POW or op == oc.ATAN2):
         return
     K = gt_a.shape[1] if has_a else gt_b.shape[1]
@@ -474,8 +475,8 @@ def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b):
         g = float(g_out[i])
         # a term is skipped, not multiplied by zero, when its partial is structurally zero (MUL's aa, bb) or its
         # input has no tangent: 0 * inf would turn an infinite Hessian into nan
-        use_aa, use_ab = has_a and aa != 0, has_b and ab != 0
-        use_ba, use_bb = has_a and ba != 0, has_b and bb != 0
+        use_aa, use_ab = live_a and aa != 0, live_b and ab != 0
+        use_ba, use_bb = live_a and ba != 0, live_b and bb != 0
         for k in range(K):
             if has_a:
                 gt_a[i, k] += g * ((aa * t_a[i, k] if use_aa else 0.0) + (ab * t_b[i, k] if use_ab else 0.0))

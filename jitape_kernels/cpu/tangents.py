@@ -75,6 +75,31 @@ def _tangents_needed(code, slots, target):
 
 
 @njit(cache=True, error_model="numpy")
+def live_tangents(code, slots, seeded):
+    """Per slot: whether its tangent can be nonzero: a seeded slot with entries, or an output computed from
+    one. A slot computed from empty tensors only (a sum over an empty axis) has a structurally zero tangent,
+    and kernels skip it rather than multiply it: 0 * inf (that sum divided by its zero count) would be nan
+    where the reverse sweep, whose cotangents never reach an empty tensor, is exact."""
+    live = np.zeros(slots.shape[0], np.bool_)
+    for s in seeded:
+        live[s] = slots[s, oc.SIZE] > 0
+    for r in range(code.shape[0]):
+        out = code[r, oc.OUT]
+        for c in range(3):
+            s = code[r, oc.IN0 + c]
+            if s >= 0 and code[r, oc.IN0_ADJ + c] >= 0 and live[s] and slots[out, oc.SIZE] > 0:
+                live[out] = True
+    return live
+
+
+@njit(cache=True, error_model="numpy")
+def _live_row(code, r, c, live):
+    """Instruction r's adjoint row of input c, or -1 when it has none or its tangent is structurally zero."""
+    s = code[r, oc.IN0 + c]
+    return code[r, oc.IN0_ADJ + c] if s >= 0 and live[s] else -1
+
+
+@njit(cache=True, error_model="numpy")
 def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target):
     """Fill the K tangent columns y' = sum_i J_i x_i' of the outputs whose tangents are needed, in
     program order: toward `target` (a slot: forward-mode Jacobians), with target -1 those the
@@ -91,6 +116,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
     empty = tangent[0:0]
     transpose = tangent.shape[1] < 0      # run-time False: the reverse sweep's linear kernels serve as they are
     needed = _tangents_needed(code, slots, target)
+    live = live_tangents(code, slots, seeded)
     keep = np.zeros(slots.shape[0], np.bool_)
     for s in seeded:
         keep[s] = True
@@ -110,9 +136,9 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
         i0 = code[r, oc.IN0_OFF]
         n0 = slots[code[r, oc.IN0], oc.SIZE]
         x = arena[i0:i0 + n0]
-        j0 = code[r, oc.IN0_ADJ]
+        j0 = _live_row(code, r, 0, live)
         t0 = tangent[j0:j0 + n0] if j0 >= 0 else empty
-        j1 = code[r, oc.IN1_ADJ]
+        j1 = _live_row(code, r, 1, live)
         n1 = slots[code[r, oc.IN1], oc.SIZE] if code[r, oc.IN1] >= 0 else 0
         t1 = tangent[j1:j1 + n1] if j1 >= 0 else empty
         w = arena[code[r, oc.IN1_OFF]:code[r, oc.IN1_OFF] + n1]
@@ -124,7 +150,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
         elif op <= oc.BINARY_LAST:
             binary_tangent(op, x, w, y, t0, t1, t_out, j0 >= 0, j1 >= 0)
         elif op == oc.WHERE:
-            j2 = code[r, oc.IN2_ADJ]
+            j2 = _live_row(code, r, 2, live)
             where_linear(x, t_out, t1, tangent[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, transpose)
         elif op == oc.MATMUL:
             seeded_x = j0 >= 0 and j0 == seed_row
@@ -153,8 +179,9 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
 
 
 @njit(cache=True, error_model="numpy")
-def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent):
-    """Instruction r's second-order kernel; adjoint is the one-column cotangent buffer."""
+def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live):
+    """Instruction r's second-order kernel; adjoint is the one-column cotangent buffer, live says which
+    tangents can be nonzero (see live_tangents)."""
     g = adjoint.reshape(adjoint.size)
     op = code[r, oc.OP]
     a = code[r, oc.ATTR]
@@ -170,17 +197,18 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
     j0 = code[r, oc.IN0_ADJ]
     t0 = tangent[j0:j0 + n0] if j0 >= 0 else empty
     gt0 = adjoint_tangent[j0:j0 + n0] if j0 >= 0 else empty
+    live0 = j0 >= 0 and live[code[r, oc.IN0]]
     if op <= oc.UNARY_LAST:
-        if j0 >= 0:
+        if live0:
             p0, p1 = params(op, iattr, fattr, a)
             unary_second(op, x, y, g_out, t0, gt0, p0, p1)
         return
     if op == oc.PROD:
-        if j0 >= 0:
+        if live0:
             prod_second(x, g_out, t0, gt0, iattr[a], iattr[a + 1], iattr[a + 2])
         return
     if op == oc.INV:
-        if j0 >= 0:
+        if live0:
             inv_second(iattr, a, y, adjoint[go:go + size], t0, gt0)
         return
     if op > oc.BINARY_LAST and op != oc.MATMUL and op != oc.SOLVE:
@@ -192,7 +220,8 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
     w = arena[code[r, oc.IN1_OFF]:code[r, oc.IN1_OFF] + n1]
     if op <= oc.BINARY_LAST:
         if j0 >= 0 or j1 >= 0:
-            binary_second(op, x, w, y, g_out, t0, t1, gt0, gt1, j0 >= 0, j1 >= 0)
+            binary_second(op, x, w, y, g_out, t0, t1, gt0, gt1, j0 >= 0, j1 >= 0, live0,
+                          j1 >= 0 and live[code[r, oc.IN1]])
     elif op == oc.MATMUL:
         if j0 >= 0 and j1 >= 0:
             matmul_second(iattr, a, g_out, t0, t1, gt0, gt1)
@@ -221,18 +250,19 @@ def _first_write(code, r, c, slots, written, adjoint_tangent):
 
 
 @njit(cache=True, error_model="numpy")
-def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent):
+def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded):
     """Accumulate the tangents of the cotangents, last instruction first; returns, per slot, whether
     its rows of adjoint_tangent were written (rows never written hold no values: read them as zeros).
 
     adjoint [adjoint_size, 1]: the cotangents of a finished reverse_sweep;
-    tangent [adjoint_size, K]: from tangent_sweep; adjoint_tangent [adjoint_size, K]:
+    tangent [adjoint_size, K]: from tangent_sweep (seeded at the slots `seeded`); adjoint_tangent [adjoint_size, K]:
     any contents (the target's cotangent does not vary, so its tangent is zero). The
     sources' rows end up holding Hessian-times-direction columns. An instruction whose
     output was never written (no second-order term reached it: a loss's linear tail)
     skips its reverse rule, and rows are zeroed only when first written.
     """
     written = np.zeros(slots.shape[0], np.bool_)
+    live = live_tangents(code, slots, seeded)
     for r in range(code.shape[0] - 1, -1, -1):
         if written[code[r, oc.OUT]]:
             for c in range(oc.IN0, oc.IN2 + 1):
@@ -243,5 +273,5 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
             _first_write(code, r, oc.IN0, slots, written, adjoint_tangent)
         if to1:
             _first_write(code, r, oc.IN1, slots, written, adjoint_tangent)
-        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent)
+        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live)
     return written
