@@ -74,6 +74,109 @@ def polygamma(n, x):
     return (n_factorial if n % 2 == 1 else -n_factorial) * total
 
 
+# The rarer unary ops (SINH .. POLYGAMMA) are called, not inlined: the common rules above are inlined into
+# every sweep's loops, and inlining these too would compile each of their bodies once per call site.
+@njit(cache=True, error_model="numpy")
+def special_value(op, x, p0):
+    """unary_value of SINH .. POLYGAMMA (x already float64; p0: polygamma's order)."""
+    if op == oc.SINH:
+        return math.sinh(x)
+    if op == oc.COSH:
+        return math.cosh(x)
+    if op == oc.ASINH:
+        return math.asinh(x)
+    if op == oc.ACOSH:
+        return math.acosh(x) if x >= 1 else math.nan
+    if op == oc.ATANH:
+        return math.atanh(x) if abs(x) < 1 else (math.copysign(math.inf, x) if abs(x) == 1 else math.nan)
+    if op == oc.ASIN:
+        return math.asin(x) if abs(x) <= 1 else math.nan
+    if op == oc.ACOS:
+        return math.acos(x) if abs(x) <= 1 else math.nan
+    if op == oc.ATAN:
+        return math.atan(x)
+    if op == oc.EXPM1:
+        return math.expm1(x)
+    if op == oc.ERF:
+        return math.erf(x)
+    if op == oc.ERFC:
+        return math.erfc(x)
+    if op == oc.LGAMMA:
+        return math.lgamma(x) if not (x <= 0 and x == math.floor(x)) else math.inf
+    if op == oc.DIGAMMA:
+        return digamma(x)
+    # POLYGAMMA: p0 is the order n
+    return polygamma(int(p0), x)
+
+
+@njit(cache=True, error_model="numpy")
+def special_derivative(op, x, y, p0):
+    """unary_derivative of SINH .. POLYGAMMA."""
+    if op == oc.SINH:
+        return math.cosh(x)
+    if op == oc.COSH:
+        return math.sinh(x)
+    if op == oc.ASINH:
+        return 1 / math.sqrt(x * x + 1)
+    if op == oc.ACOSH:
+        return 1 / math.sqrt((x - 1) * (x + 1))
+    if op == oc.ATANH:
+        return 1 / ((1 - x) * (1 + x))
+    if op == oc.ASIN:
+        return 1 / math.sqrt((1 - x) * (1 + x))
+    if op == oc.ACOS:
+        return -1 / math.sqrt((1 - x) * (1 + x))
+    if op == oc.ATAN:
+        return 1 / (1 + x * x)
+    if op == oc.EXPM1:
+        return math.exp(x)
+    if op == oc.ERF:
+        return _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == oc.ERFC:
+        return -_TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == oc.LGAMMA:
+        return digamma(x)
+    if op == oc.DIGAMMA:
+        return polygamma(1, x)
+    return polygamma(int(p0) + 1, x)
+
+
+@njit(cache=True, error_model="numpy")
+def special_second_derivative(op, x, y, p0):
+    """unary_second_derivative of SINH .. POLYGAMMA."""
+    if op == oc.SINH or op == oc.COSH:
+        return y
+    if op == oc.ASINH:
+        q = x * x + 1
+        return -x / (q * math.sqrt(q))
+    if op == oc.ACOSH:
+        q = (x - 1) * (x + 1)
+        return -x / (q * math.sqrt(q))
+    if op == oc.ATANH:
+        q = (1 - x) * (1 + x)
+        return 2 * x / (q * q)
+    if op == oc.ASIN or op == oc.ACOS:
+        q = (1 - x) * (1 + x)
+        d = x / (q * math.sqrt(q))
+        return d if op == oc.ASIN else -d
+    if op == oc.ATAN:
+        q = 1 + x * x
+        return -2 * x / (q * q)
+    if op == oc.EXPM1:
+        return math.exp(x)
+    if op == oc.ERF:
+        return -2 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == oc.ERFC:
+        return 2 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == oc.LGAMMA:
+        return polygamma(1, x)
+    if op == oc.DIGAMMA:
+        return polygamma(2, x)
+    if op == oc.POLYGAMMA:
+        return polygamma(int(p0) + 2, x)
+    return 0.0
+
+
 @njit(cache=True, error_model="numpy", inline="always")
 def unary_value(op, x, p0, p1):
     x = float(x)
@@ -120,34 +223,7 @@ def unary_value(op, x, p0, p1):
         return p0 * x
     if op == oc.POWC:
         return x ** p0
-    if op == oc.SINH:
-        return math.sinh(x)
-    if op == oc.COSH:
-        return math.cosh(x)
-    if op == oc.ASINH:
-        return math.asinh(x)
-    if op == oc.ACOSH:
-        return math.acosh(x) if x >= 1 else math.nan
-    if op == oc.ATANH:
-        return math.atanh(x) if abs(x) < 1 else (math.copysign(math.inf, x) if abs(x) == 1 else math.nan)
-    if op == oc.ASIN:
-        return math.asin(x) if abs(x) <= 1 else math.nan
-    if op == oc.ACOS:
-        return math.acos(x) if abs(x) <= 1 else math.nan
-    if op == oc.ATAN:
-        return math.atan(x)
-    if op == oc.EXPM1:
-        return math.expm1(x)
-    if op == oc.ERF:
-        return math.erf(x)
-    if op == oc.ERFC:
-        return math.erfc(x)
-    if op == oc.LGAMMA:
-        return math.lgamma(x) if not (x <= 0 and x == math.floor(x)) else math.inf
-    if op == oc.DIGAMMA:
-        return digamma(x)
-    # POLYGAMMA: p0 is the order n
-    return polygamma(int(p0), x)
+    return special_value(op, x, p0)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -199,33 +275,7 @@ def unary_derivative(op, x, y, p0, p1):
     if op == oc.POWC:
         # TensorFlow's rule, c * x**(c-1)
         return p0 * x ** (p0 - 1)
-    if op == oc.SINH:
-        return math.cosh(x)
-    if op == oc.COSH:
-        return math.sinh(x)
-    if op == oc.ASINH:
-        return 1 / math.sqrt(x * x + 1)
-    if op == oc.ACOSH:
-        return 1 / math.sqrt((x - 1) * (x + 1))
-    if op == oc.ATANH:
-        return 1 / ((1 - x) * (1 + x))
-    if op == oc.ASIN:
-        return 1 / math.sqrt((1 - x) * (1 + x))
-    if op == oc.ACOS:
-        return -1 / math.sqrt((1 - x) * (1 + x))
-    if op == oc.ATAN:
-        return 1 / (1 + x * x)
-    if op == oc.EXPM1:
-        return math.exp(x)
-    if op == oc.ERF:
-        return _TWO_OVER_SQRT_PI * math.exp(-x * x)
-    if op == oc.ERFC:
-        return -_TWO_OVER_SQRT_PI * math.exp(-x * x)
-    if op == oc.LGAMMA:
-        return digamma(x)
-    if op == oc.DIGAMMA:
-        return polygamma(1, x)
-    return polygamma(int(p0) + 1, x)
+    return special_derivative(op, x, y, p0)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -258,36 +308,8 @@ def unary_second_derivative(op, x, y, p0, p1):
         return s * (1 - s)
     if op == oc.POWC:
         return p0 * (p0 - 1) * x ** (p0 - 2)
-    if op == oc.SINH or op == oc.COSH:
-        return y
-    if op == oc.ASINH:
-        q = x * x + 1
-        return -x / (q * math.sqrt(q))
-    if op == oc.ACOSH:
-        q = (x - 1) * (x + 1)
-        return -x / (q * math.sqrt(q))
-    if op == oc.ATANH:
-        q = (1 - x) * (1 + x)
-        return 2 * x / (q * q)
-    if op == oc.ASIN or op == oc.ACOS:
-        q = (1 - x) * (1 + x)
-        d = x / (q * math.sqrt(q))
-        return d if op == oc.ASIN else -d
-    if op == oc.ATAN:
-        q = 1 + x * x
-        return -2 * x / (q * q)
-    if op == oc.EXPM1:
-        return math.exp(x)
-    if op == oc.ERF:
-        return -2 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
-    if op == oc.ERFC:
-        return 2 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
-    if op == oc.LGAMMA:
-        return polygamma(1, x)
-    if op == oc.DIGAMMA:
-        return polygamma(2, x)
-    if op == oc.POLYGAMMA:
-        return polygamma(int(p0) + 2, x)
+    if op >= oc.SINH:
+        return special_second_derivative(op, x, y, p0)
     return 0.0
 
 
