@@ -1,7 +1,8 @@
 """The op library: family modules, the registry (core.PRIMITIVES / COMPOSITES), Tensor operators and
 numpy dispatch (ufuncs and array functions on tensors are recorded like the jitape op)."""
+import sys
+
 import numpy as np
-import scipy.special as _special
 
 from ..tensor import Tensor
 from . import core, elementwise, indexing, linalg, matrix, nn, reduction, shape, sorting
@@ -64,8 +65,18 @@ _UFUNCS = {
     np.equal: equal, np.not_equal: not_equal,
     np.sinh: sinh, np.cosh: cosh, np.arcsinh: asinh, np.arccosh: acosh, np.arctanh: atanh, np.arcsin: asin,
     np.arccos: acos, np.arctan: atan, np.expm1: expm1, np.log10: log10, np.log2: log2, np.arctan2: atan2,
-    _special.erf: erf, _special.erfc: erfc, _special.gammaln: lgamma, _special.digamma: digamma,
 }
+# scipy.special's ufuncs, by attribute name: looked up only when scipy.special is loaded (importing it here
+# would cost more than the rest of `import jitape`)
+_SCIPY_UFUNCS = {"erf": erf, "erfc": erfc, "gammaln": lgamma, "digamma": digamma}
+
+
+def _ufunc_op(ufunc):
+    fn = _UFUNCS.get(ufunc)
+    special = sys.modules.get("scipy.special")
+    if fn is None and special is not None:
+        fn = next((op for name, op in _SCIPY_UFUNCS.items() if getattr(special, name, None) is ufunc), None)
+    return fn
 
 
 # ufuncs whose results are locally constant (no gradient, as in TensorFlow): computed on the values
@@ -121,7 +132,7 @@ def _as_result(value):
 
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
-    fn = _UFUNCS.get(ufunc) if method == "__call__" else _UFUNC_METHODS.get((ufunc, method))
+    fn = _ufunc_op(ufunc) if method == "__call__" else _UFUNC_METHODS.get((ufunc, method))
     if fn is not None and "out" not in kwargs and "where" not in kwargs:
         return fn(*inputs) if method == "__call__" else fn(*inputs, **kwargs)
     if any(isinstance(o, Tensor) for o in kwargs.get("out") or ()):

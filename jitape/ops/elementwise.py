@@ -6,7 +6,6 @@ sums), so every recorded elementwise instruction has equal-sized operands.
 import math
 
 import numpy as np
-import scipy.special as _special
 
 from jitape_kernels import opcodes as oc
 
@@ -70,10 +69,12 @@ softplus = _unary("softplus", oc.SOFTPLUS, _softplus_np, lambda g, y, x: g * sig
 
 
 # -- hyperbolic, inverse trigonometric, error and gamma functions ----------------------------
-def _kept_dtype(fn):
-    """fn's numpy forward in x's dtype (scipy.special.polygamma computes in float64)."""
+def _kept_dtype(name):
+    """scipy.special.<name> as a numpy forward in x's dtype (polygamma computes in float64). scipy.special is
+    imported on first use: it costs a third of a second, more than the rest of `import jitape`."""
     def forward(x, *params):
-        return np.asarray(fn(*params, x), x.dtype)[()]
+        import scipy.special
+        return np.asarray(getattr(scipy.special, name)(*params, x), x.dtype)[()]
     return forward
 
 
@@ -92,14 +93,14 @@ asin = _unary("asin", oc.ASIN, np.arcsin, lambda g, y, x: divide(g, sqrt(_one_mi
 acos = _unary("acos", oc.ACOS, np.arccos, lambda g, y, x: negative(divide(g, sqrt(_one_minus_square(x)))))
 atan = _unary("atan", oc.ATAN, np.arctan, lambda g, y, x: divide(g, add(square(x), 1.0)))
 expm1 = _unary("expm1", oc.EXPM1, np.expm1, lambda g, y, x: g * exp(x))
-erf = _unary("erf", oc.ERF, _kept_dtype(_special.erf),
+erf = _unary("erf", oc.ERF, _kept_dtype("erf"),
              lambda g, y, x: scale(g * exp(negative(square(x))), _TWO_OVER_SQRT_PI))
-erfc = _unary("erfc", oc.ERFC, _kept_dtype(_special.erfc),
+erfc = _unary("erfc", oc.ERFC, _kept_dtype("erfc"),
               lambda g, y, x: scale(g * exp(negative(square(x))), -_TWO_OVER_SQRT_PI))
-lgamma = _unary("lgamma", oc.LGAMMA, _kept_dtype(_special.gammaln), lambda g, y, x: g * digamma(x))
-digamma = _unary("digamma", oc.DIGAMMA, _kept_dtype(_special.digamma), lambda g, y, x: g * _polygamma(x, 1))
+lgamma = _unary("lgamma", oc.LGAMMA, _kept_dtype("gammaln"), lambda g, y, x: g * digamma(x))
+digamma = _unary("digamma", oc.DIGAMMA, _kept_dtype("digamma"), lambda g, y, x: g * _polygamma(x, 1))
 
-_polygamma_np = _kept_dtype(_special.polygamma)
+_polygamma_np = _kept_dtype("polygamma")
 _polygamma_prim = Primitive("polygamma", oc.POLYGAMMA, _polygamma_np, _same,
                             lambda g, y, ins, n, w: (g * _polygamma(ins[0], n + 1),))
 
