@@ -3,7 +3,8 @@
 The accumulator records on a tape like GradientTape; `jvp` lowers what it recorded
 and runs one compiled tangent sweep (K = 1) seeded with the given tangents. Under
 an enclosing recording tape the JVP is recorded instead (as the transpose of the
-recorded VJPs), so it can itself be differentiated.
+recorded VJPs), so it can itself be differentiated; as GradientTape's derivatives, only when
+that tape tracks something the JVP reads.
 """
 import numpy as np
 
@@ -97,7 +98,8 @@ class ForwardAccumulator:
                 raise TypeError(f"ForwardAccumulator.jvp: expected a Tensor (or a nest of them), got "
                                 f"{type(t).__name__} at position {i}: {t!r}")
         floats = [t for t in targets if t.dtype.kind == "f"]
-        if floats and any(tape is not self._tape for tape in recording_tapes()):
+        enclosing = [tape for tape in recording_tapes() if tape is not self._tape]
+        if floats and self._tape._must_record(tapes=enclosing):
             found = self._jvp_recorded(floats)
         elif floats:
             from .execute import source_jvps

@@ -219,12 +219,12 @@ class GradientTape:
         self._tracked.add(out._id)
 
     # -- differentiation -------------------------------------------------------------------
-    def _must_record(self, seeds=()):
-        """Whether a recording tape tracks a tensor this tape's derivatives read (a recorded value or a seed):
-        only then must the derivative be recorded with the Python VJPs; otherwise the compiled sweep gives the
-        same numbers and records nothing either."""
+    def _must_record(self, seeds=(), tapes=None):
+        """Whether a recording tape (of `tapes`, default all) tracks a tensor this tape's derivatives read (a
+        recorded value or a seed): only then must the derivative be recorded with the Python VJPs; otherwise
+        the compiled sweep gives the same numbers and records nothing either."""
         slot_of = self._slot_of
-        for tape in _state.recording:
+        for tape in _state.recording if tapes is None else tapes:
             tracked = tape._tracked
             if any(isinstance(s, Tensor) and s._id in tracked for s in seeds):
                 return True

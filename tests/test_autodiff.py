@@ -158,3 +158,15 @@ def test_errors():
     acc = jt.autodiff.ForwardAccumulator(x, np.ones(2))
     with pytest.raises(TypeError, match="expected a Tensor"):
         acc.jvp([x, "y"])
+
+
+def test_an_unrelated_recording_tape_keeps_the_compiled_jvp():
+    x = jt.constant([0.5, 1.5])
+    with jt.GradientTape() as unrelated:
+        unrelated.watch(jt.constant(1.0))
+        with jt.autodiff.ForwardAccumulator(x, np.array([1.0, -1.0], np.float32)) as acc:
+            y = jt.reduce_sum(jt.sinh(x) * x)
+        jvp = acc.jvp(y)
+    assert not unrelated._records
+    expected = (np.sinh(x.numpy()) + x.numpy() * np.cosh(x.numpy())) @ np.array([1.0, -1.0])
+    np.testing.assert_allclose(jvp.numpy(), expected, rtol=1e-6)
