@@ -1,0 +1,49 @@
+"""jitape_kernels/__init__.py: kernels cache in jitape's own directory, and importing jitape changes no other
+library's settings (numba.config.CACHE_DIR stays what numba read from the environment)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jitape_kernels
+
+
+def _run(code, **env):
+    environment = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR",)}
+    environment.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_importing_jitape_leaves_numbas_cache_dir_alone(tmp_path):
+    code = ("import numba; before = numba.config.CACHE_DIR; import jitape; "
+            "print(repr(before), repr(numba.config.CACHE_DIR))")
+    before, after = _run(code, JITAPE_CACHE_DIR=str(tmp_path)).split()
+    assert before == after
+    before, after = _run(code, NUMBA_CACHE_DIR=str(tmp_path / "numba-users")).split()
+    assert before == after == repr(str(tmp_path / "numba-users"))
+
+
+def test_kernels_cache_in_jitapes_directory_and_other_functions_do_not(tmp_path):
+    code = """
+import numpy as np, jitape_kernels
+from jitape_kernels.cpu.optimizers import sgd_momentum_step   # a small kernel: compiles in a second
+w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
+sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)
+print(w[0], jitape_kernels.cache_dir())
+"""
+    value, cache = _run(code, JITAPE_CACHE_DIR=str(tmp_path)).split()
+    assert float(value) == 0.0
+    assert Path(cache).is_relative_to(tmp_path)
+    assert any(p.suffix == ".nbi" for p in Path(cache).rglob("*")), "no kernel index written to jitape's cache"
+    elsewhere = tmp_path / "user"
+    elsewhere.mkdir()
+    (elsewhere / "mod.py").write_text("from numba import njit\n@njit(cache=True)\ndef f(a):\n    return a + 1\n")
+    _run("import sys; sys.path.insert(0, %r); import jitape, mod; print(mod.f(1))" % str(elsewhere),
+         JITAPE_CACHE_DIR=str(tmp_path))
+    assert not any("mod.f" in p.name for p in Path(cache).rglob("*")), "another library's function cached in jitape's dir"
+    assert any("mod.f" in p.name for p in (elsewhere / "__pycache__").iterdir())
+
+
+def test_the_cache_directory_is_stamped_with_the_kernel_sources():
+    assert Path(jitape_kernels.cache_dir()).name.startswith("numba-")
