@@ -7,7 +7,6 @@ import numpy as np
 
 from jitape_kernels import opcodes as oc
 
-from ..tensor import Tensor
 from . import elementwise as _ew
 from . import reduction as _red
 from . import shape as _shape
