@@ -73,7 +73,10 @@ def emit_rows(prim, inputs, value, params, rows):
 def _check_recordable(prim, inputs, value):
     """Refuse, before any tape records anything, values a Program cannot hold: an op that raises leaves
     every tape as it was."""
-    if value.ndim > MAXRANK or any(t._value.ndim > MAXRANK for t in inputs):
+    rank = value.ndim
+    for t in inputs:        # a loop, not any(generator): this runs for every recorded op
+        rank = max(rank, t._value.ndim)
+    if rank > MAXRANK:
         shapes = [t.shape for t in inputs]
         raise ValueError(f"{prim.name}: jitape records tensors of rank at most {MAXRANK}; inputs have shapes "
                          f"{shapes} and the result has shape {value.shape}")
