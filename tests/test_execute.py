@@ -41,8 +41,11 @@ def _intermediate_tape():
     return tape, x, h, y, z
 
 
+@pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("path", PATHS)
-def test_intermediate_source_on_every_path(path):
+def test_intermediate_source_on_every_path(path, chunked, jacobian_budget):
+    if chunked:
+        jacobian_budget(1)          # one column per sweep: the seeds are zeroed and set again in every chunk
     tape, x, h, y, z = _intermediate_tape()
     xv, hv = x.numpy(), h.numpy()
     hessian = np.diag(2 * xv)                                     # d²(sum h² x)/dh² with x held
@@ -74,9 +77,12 @@ def test_intermediate_source_of_a_batch_jacobian_in_forward_mode():
     np.testing.assert_allclose(tape.batch_jacobian(y, h).numpy(), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("width", [1, 5])          # 5 outputs > 3 inputs: forward mode; 1: reverse
-def test_a_source_listed_twice_gets_its_jacobian_twice(path, width):
+def test_a_source_listed_twice_gets_its_jacobian_twice(path, width, chunked, jacobian_budget):
+    if chunked:
+        jacobian_budget(1)
     x = jt.constant(np.array([1.0, 2.0, 3.0]))
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
