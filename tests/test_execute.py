@@ -1,12 +1,11 @@
 """The edges of every derivative path (jitape/execute.py and the sweeps it runs): intermediate and repeated
 sources on the tangent paths, singular points, empty tensors, the batch row analysis, per-example gradients
 of batched parameters, and when an enclosing tape makes a derivative take the recorded path."""
-import sys
-
 import numpy as np
 import pytest
 
 import jitape as jt
+from tests.test_tape import _count_python_calls
 
 PATHS = ("compiled", "recorded")
 
@@ -333,21 +332,6 @@ def test_per_example_gradients_of_a_batched_parameter(batch):
 
 
 # -- which path: the recorded one only when an enclosing tape tracks what the derivative reads ---------
-def _calls(fn):
-    count = 0
-
-    def profile(frame, event, arg):
-        nonlocal count
-        if event in ("call", "c_call"):
-            count += 1
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count
-
-
 def _chain(tape, x, n):
     y = x
     for _ in range(n):
@@ -366,7 +350,7 @@ def test_an_unrelated_recording_tape_keeps_the_compiled_path(method):
         getattr(tape, method)(y, x)        # compile and warm
         with jt.GradientTape() as unrelated:
             unrelated.watch(jt.constant(1.0))
-            counts.append(_calls(lambda: getattr(tape, method)(y, x)))
+            counts.append(_count_python_calls(lambda: getattr(tape, method)(y, x))[0])
             assert not unrelated._records
     assert counts[0] == counts[1]
 
