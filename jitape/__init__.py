@@ -25,6 +25,8 @@ from .ops import (acos, acosh, argmax, argmin, argsort, asin, asinh, atan, atan2
                   reduce_any, reduce_std, repeat, roll, sinh, sort, tensor_scatter_nd_add, tensor_scatter_nd_update,
                   top_k)
 from .dtypes import bool, float32, float64, int32, int64
+from .replay import Function, function
+from .functional import grad, hessian, hessian_vector_product, jacobian, value_and_grad
 from .module import Module
 from .program import Program
 from .tape import GradientTape, UnconnectedGradients

@@ -141,9 +141,14 @@ def source_blocks(program, adjoint):
     return blocks
 
 
-def source_gradients(tape, targets, seeds, sources):
-    """tape.gradient's compiled path: one lowering, one sweep with K = 1."""
-    program = lower(tape, targets, sources, _arena)
+def lowered(tape, targets, sources):
+    """The Program of a tape's derivative (a persistent tape's are kept: see program.lower)."""
+    return lower(tape, targets, sources, _arena)
+
+
+def source_gradients(program, seeds, sources):
+    """tape.gradient's compiled path: one sweep with K = 1 over `program` (sources: the tensors, for
+    shapes and dtypes)."""
     blocks = [None if s is None else np.asarray(s._value if isinstance(s, Tensor) else s).reshape(-1, 1)
               for s in seeds]
     adjoint = reverse(program, blocks)
@@ -160,16 +165,15 @@ def _columns_per_sweep(program, n, buffers=1):
     return int(max(1, min(n, config.jacobian_memory_bytes // max(per_column, 1))))
 
 
-def source_jacobians(tape, target, sources, mode=None):
-    """tape.jacobian's compiled path: [target.size, source.size] per source (None if not connected).
+def source_jacobians(program, n, sources, mode=None):
+    """tape.jacobian's compiled path: [n (the target's size), source.size] per source (None if not
+    connected).
 
     One sweep carries K columns at once: reverse mode with K = target.size, or
     forward mode (a tangent sweep) with K = the connected sources' total size
     when that is smaller (mode None; "forward" or "reverse" to choose). K is
     chunked only to stay under jt.config.jacobian_memory_bytes.
     """
-    program = lower(tape, [target], sources, _arena)
-    n = target.size
     rows = [_source_rows(program, i) for i in range(len(sources))]
     columns = sum(s.size for s, r in zip(sources, rows) if r)
     target_row = _target_row(program)
@@ -219,14 +223,13 @@ def _forward_jacobians(program, target_row, n, sources, rows, columns):
     return jacobians
 
 
-def source_hessian(tape, target, source, directions=None):
+def source_hessian(program, source, directions=None):
     """tape.hessian's compiled path, forward over reverse: [source.size, K], the Hessian times each
     column of `directions` (the identity when None), or None when the target does not depend on the source.
 
     One reverse sweep gives every cotangent; then per chunk of directions one
     tangent sweep and one second-order sweep (see jitape_kernels.cpu.tangents).
     """
-    program = lower(tape, [target], [source], _arena)
     slots = _source_slots(program, 0)
     rows = [program.adjoint_rows[s] for s in slots]
     if not rows or _target_row(program) < 0:

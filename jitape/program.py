@@ -54,6 +54,19 @@ class Program:
     __repr__ = __str__
 
 
+def fill_arena(values, scalar_slots, array_slots, size, dtype, allocate):
+    """The arena of a planned Program: the recorded values of its slots, scalars first (one np.fromiter),
+    then arrays (one np.concatenate)."""
+    arena = allocate(size, dtype)
+    n_scalar = scalar_slots.size
+    if n_scalar:
+        arena[:n_scalar] = np.fromiter(map(values.__getitem__, scalar_slots.tolist()), dtype, n_scalar)
+    if array_slots.size:
+        np.concatenate(list(map(values.__getitem__, array_slots.tolist())), axis=None, out=arena[n_scalar:],
+                       casting="same_kind")
+    return arena
+
+
 def _slot_list(slots):
     return "[" + ", ".join(f"%{s}" if s >= 0 else "-" for s in slots) + "]"
 
@@ -66,26 +79,37 @@ def _slot_if_tracked(tape, t):
 def lower(tape, targets, sources, allocate=np.empty):
     """The Program computing d(targets)/d(sources) from what `tape` recorded.
 
-    `allocate(size, dtype)` provides the arena (a reused workspace for internal sweeps).
+    `allocate(size, dtype)` provides the arena (a reused workspace for internal sweeps). A persistent tape
+    keeps its Programs (each with an arena of its own), keyed by what was recorded so far and the
+    (targets, sources) slots: repeated derivatives of one recording never plan again.
     """
     target_slots = np.array([_slot_if_tracked(tape, t) for t in targets], np.int64)
     source_list = [_slot_if_tracked(tape, s) for s in sources]
     alias_lists = [tape._aliases.get(s._id, []) for s in sources]
+    if not tape._persistent:
+        return _lower(tape, target_slots, source_list, alias_lists, allocate)
+    key = (len(tape._rows), len(tape._slot_rows), target_slots.tobytes(), tuple(source_list),
+           tuple(map(tuple, alias_lists)))
+    program = tape._programs.get(key)
+    if program is None:
+        if len(tape._programs) >= _PROGRAMS_KEPT:
+            tape._programs.pop(next(iter(tape._programs)))
+        program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, np.empty)
+    return program
+
+
+_PROGRAMS_KEPT = 8      # per persistent tape: a gradient, a Jacobian, a Hessian ... of one recording
+
+
+def _lower(tape, target_slots, source_list, alias_lists, allocate):
     aliases = tuple(np.array(a, np.int64) for a in alias_lists)
     # views, not copies: they die with this call, so the tape's arrays can still grow
     rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
     slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
     code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, is_float64 = plan(
-        rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64))
+        rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), False)
     dtype = np.float64 if is_float64 else np.float32
-    arena = allocate(arena_size, dtype)
-    values = tape._values
-    n_scalar = scalar_slots.size
-    if n_scalar:
-        arena[:n_scalar] = np.fromiter(map(values.__getitem__, scalar_slots.tolist()), dtype, n_scalar)
-    if array_slots.size:
-        np.concatenate(list(map(values.__getitem__, array_slots.tolist())), axis=None, out=arena[n_scalar:],
-                       casting="same_kind")
+    arena = fill_arena(tape._values, scalar_slots, array_slots, arena_size, dtype, allocate)
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
     iattr = np.frombuffer(tape._iattr, np.int64).copy()
     return Program(code, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),

@@ -84,6 +84,7 @@ class GradientTape:
         self._tracked = set()           # ids of watched tensors and of recorded outputs
         self._variables = {}            # id -> watched Variable, in watch order
         self._aliases = {}              # variable id -> its earlier slots (values before an assignment)
+        self._programs = {}             # lowered Programs of a persistent tape (program.lower)
 
     # -- context ---------------------------------------------------------------------------
     def __enter__(self):
@@ -256,8 +257,8 @@ class GradientTape:
         if self._must_record(seeds):
             found = self._gradient_recorded(targets, seeds, float_sources)
         else:
-            from .execute import source_gradients
-            found = source_gradients(self, targets, seeds, float_sources)
+            from .execute import lowered, source_gradients
+            found = source_gradients(lowered(self, targets, float_sources), seeds, float_sources)
         by_id = dict(zip((s._id for s in float_sources), found))
         results = []
         for s in flat_sources:
@@ -273,11 +274,12 @@ class GradientTape:
         from .ops import add
         records = self._records[:]
         active = {s._id for s in sources}
-        for _, inputs, out, _ in records:
-            for t in inputs:
-                if t._id in active:
-                    active.add(out._id)
-                    break
+        for prim, inputs, out, _ in records:
+            if prim.differentiable:         # comparisons pass no derivative on
+                for t in inputs:
+                    if t._id in active:
+                        active.add(out._id)
+                        break
         grads = {}
         for t, seed in zip(targets, seeds):
             if t._id in active:
@@ -319,9 +321,10 @@ class GradientTape:
         if self._must_record():
             found = self._jacobian_recorded(target, flat_sources)
         else:
-            from .execute import source_jacobians
+            from .execute import lowered, source_jacobians
+            program = lowered(self, [target], flat_sources)
             found = [None if j is None else Tensor(j.reshape(target.shape + s.shape)[()])
-                     for s, j in zip(flat_sources, source_jacobians(self, target, flat_sources))]
+                     for s, j in zip(flat_sources, source_jacobians(program, target.size, flat_sources))]
         results = []
         for s, j in zip(flat_sources, found):
             if j is None and unconnected is UnconnectedGradients.ZERO:
@@ -568,8 +571,8 @@ class GradientTape:
             copy, grad = self._recording_of_gradient(target, source)
             result = None if grad is None else copy.jacobian(grad, source, UnconnectedGradients.ZERO)
         else:
-            from .execute import source_hessian
-            h = source_hessian(self, target, source)
+            from .execute import lowered, source_hessian
+            h = source_hessian(lowered(self, [target], [source]), source)
             result = None if h is None else Tensor(h.astype(source.dtype).reshape(source.shape + source.shape))
         self._release_if_used_up()
         return result
@@ -584,8 +587,8 @@ class GradientTape:
             result = None if grad is None else copy.gradient(grad, source, output_gradients=v,
                                                              unconnected_gradients=UnconnectedGradients.ZERO)
         else:
-            from .execute import source_hessian
-            hv = source_hessian(self, target, source, np.asarray(v._value).reshape(-1, 1))
+            from .execute import lowered, source_hessian
+            hv = source_hessian(lowered(self, [target], [source]), source, np.asarray(v._value).reshape(-1, 1))
             result = None if hv is None else Tensor(hv.astype(source.dtype).reshape(source.shape)[()])
         self._release_if_used_up()
         return result

@@ -9,6 +9,8 @@ import numbers
 
 import numpy as np
 
+from .tracing import _traces, assigned, observe, observe_all
+
 _ids = itertools.count(1)
 _floatx = np.dtype(np.float32)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -140,11 +142,16 @@ class Tensor:
         """The shape as a TensorShape (TensorFlow's spelling of `.shape`)."""
         return TensorShape(self._value.shape)
 
+    # Reading a value into Python: in a jt.function trace, a guard (see jitape.tracing)
     def numpy(self):
+        if _traces.active:
+            observe(self, "Tensor.numpy()")
         v = self._value
         return v.copy() if isinstance(v, np.ndarray) else v
 
     def __array__(self, dtype=None, copy=None):
+        if _traces.active:
+            observe(self, "np.asarray(tensor)")
         v = np.asarray(self._value)
         if dtype is not None and v.dtype != dtype:
             return v.astype(dtype)
@@ -161,17 +168,25 @@ class Tensor:
         return self._value.shape[0]
 
     def __float__(self):
+        if _traces.active:
+            observe(self, "float(tensor)")
         return float(self._value)
 
     def __int__(self):
+        if _traces.active:
+            observe(self, "int(tensor)")
         return int(self._value)
 
     def __index__(self):
         if self._value.dtype.kind not in "iu":
             raise TypeError(f"only integer tensors can be used as an index, got dtype {self.dtype}")
+        if _traces.active:
+            observe(self, "a tensor used as an index")
         return int(self._value)
 
     def __bool__(self):
+        if _traces.active:
+            observe(self, "bool(tensor), e.g. `if tensor:`")
         return bool(self._value)
 
     def __hash__(self):
@@ -230,21 +245,47 @@ class Variable(Tensor):
                              f"shape {self._value.shape}")
         return new
 
-    # Assignment replaces the value object: tapes keep references to values they recorded.
+    # Assignment replaces the value object: tapes keep references to values they recorded. In a trace
+    # (jt.function) the new value is computed by recorded ops, so a replay writes it.
     def assign(self, value):
+        if _traces.active:
+            return self._assign_traced(value, None)
         self._value = _canonical(np.array(self._new_value(value, "assign")))
         return self
 
     def assign_add(self, delta):
+        if _traces.active:
+            return self._assign_traced(delta, "add")
         self._value = _canonical(np.asarray(self._value + self._new_value(delta, "assign_add")))
         return self
 
     def assign_sub(self, delta):
+        if _traces.active:
+            return self._assign_traced(delta, "subtract")
         self._value = _canonical(np.asarray(self._value - self._new_value(delta, "assign_sub")))
+        return self
+
+    def _assign_traced(self, value, combine):
+        from . import ops
+        op = "assign" if combine is None else "assign_" + combine[:3]
+        self._new_value(value, op)      # the shape check, before anything changes
+        if self._value.dtype.kind != "f":
+            observe_all((value,), f"Variable.{op} of the integer variable {self.name!r}")
+            new = Tensor(_canonical(np.asarray(getattr(np, combine)(self._value, self._new_value(value, op))
+                                               if combine else np.array(self._new_value(value, op)))))
+        else:
+            value = value if isinstance(value, Tensor) else Tensor(self._new_value(value, op))
+            new = ops.cast(value, self.dtype) if combine is None else getattr(ops, combine)(self, value)
+            new = ops.identity(new) if new is value else new     # a slot of its own for the variable's value
+        self._value = new._value
+        assigned(self, new)
         return self
 
     def _adopt(self, array):
         """Take `array` (already of this variable's shape and dtype, owned by the caller) as the new value."""
+        if _traces.active:
+            self._assign_traced(array, None)
+            return
         self._value = _canonical(array)
 
     def read_value(self):

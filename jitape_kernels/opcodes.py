@@ -19,8 +19,9 @@ OUT_OFF   arena offset of the output    IN0_OFF..IN2_OFF   arena offsets of the 
 OUT_ADJ   adjoint row of the output     IN0_ADJ..IN2_ADJ   adjoint rows of the inputs
           (-1 when the slot is inactive: not between the sources and the target)
 
-Attribute blocks (iattr) per op family
---------------------------------------
+Attribute blocks (iattr) per op family (TABLE below holds them as data)
+-----------------------------------------------------------------------
+compare              none (GREATER..NOT_EQUAL: 0/1 values, no derivative)
 elementwise          none, except ELU/SCALE/POWC/POLYGAMMA (fattr index) and CLIP (fattr index of lo, hi)
 SUM/MAX/MIN/PROD     outer, n, inner          (reduce the middle axis of an [outer, n, inner] view)
 CUMSUM               outer, n, inner, exclusive, reverse   (running sums along the middle axis; linear)
@@ -42,29 +43,97 @@ MAXRANK = 8
 S = 3 + MAXRANK
 OFFSET, SIZE, RANK, DIMS = 0, 1, 2, 3
 
-# Opcodes. The listing prints NAMES; numbers are only stable within one version.
+# Opcodes. The listing prints NAMES; numbers are only stable within one FORMAT_VERSION (saved Programs store
+# the opcode-name table and are renumbered by name on load).
 (
     COPY, NEG, SQUARE, SQRT, EXP, LOG, LOG1P, SIN, COS, TAN, TANH, ABS, SIGN,
     SIGMOID, RELU, ELU, SOFTPLUS, CLIP, SCALE, POWC,
     SINH, COSH, ASINH, ACOSH, ATANH, ASIN, ACOS, ATAN, EXPM1, ERF, ERFC, LGAMMA, DIGAMMA, POLYGAMMA,
     ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, ATAN2,
+    GREATER, GREATER_EQUAL, LESS, LESS_EQUAL, EQUAL, NOT_EQUAL,
     WHERE,
     SUM, MAX, MIN, PROD, CUMSUM,
     TRANSPOSE, TILE, SLICE, PAD, PLACE, GATHER,
     MATMUL, SOLVE, INV,
-) = range(57)
+) = range(63)
 
-NAMES = (
-    "copy", "neg", "square", "sqrt", "exp", "log", "log1p", "sin", "cos", "tan", "tanh", "abs", "sign",
-    "sigmoid", "relu", "elu", "softplus", "clip", "scale", "powc",
-    "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "expm1", "erf", "erfc", "lgamma", "digamma",
-    "polygamma",
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2",
-    "where",
-    "sum", "max", "min", "prod", "cumsum",
-    "transpose", "tile", "slice", "pad", "place", "gather",
-    "matmul", "solve", "inv",
+FORMAT_VERSION = 1
+
+# The opcode table: (name, family, arity, attribute layout), one row per opcode in opcode order. An attribute
+# layout names the op's iattr block fields; "f" is a fattr index, "name[rank]" repeats rank times.
+_F = ("f",)
+_REDUCE = ("outer", "n", "inner")
+_MAPPED = ("rank", "in_dims[rank]", "out_dims[rank]", "starts[rank]", "steps[rank]")
+TABLE = (
+    ("copy", "unary", 1, ()), ("neg", "unary", 1, ()), ("square", "unary", 1, ()), ("sqrt", "unary", 1, ()),
+    ("exp", "unary", 1, ()), ("log", "unary", 1, ()), ("log1p", "unary", 1, ()), ("sin", "unary", 1, ()),
+    ("cos", "unary", 1, ()), ("tan", "unary", 1, ()), ("tanh", "unary", 1, ()), ("abs", "unary", 1, ()),
+    ("sign", "unary", 1, ()), ("sigmoid", "unary", 1, ()), ("relu", "unary", 1, ()), ("elu", "unary", 1, _F),
+    ("softplus", "unary", 1, ()), ("clip", "unary", 1, _F), ("scale", "unary", 1, _F), ("powc", "unary", 1, _F),
+    ("sinh", "unary", 1, ()), ("cosh", "unary", 1, ()), ("asinh", "unary", 1, ()), ("acosh", "unary", 1, ()),
+    ("atanh", "unary", 1, ()), ("asin", "unary", 1, ()), ("acos", "unary", 1, ()), ("atan", "unary", 1, ()),
+    ("expm1", "unary", 1, ()), ("erf", "unary", 1, ()), ("erfc", "unary", 1, ()), ("lgamma", "unary", 1, ()),
+    ("digamma", "unary", 1, ()), ("polygamma", "unary", 1, _F),
+    ("add", "binary", 2, ()), ("sub", "binary", 2, ()), ("mul", "binary", 2, ()), ("div", "binary", 2, ()),
+    ("pow", "binary", 2, ()), ("maximum", "binary", 2, ()), ("minimum", "binary", 2, ()),
+    ("atan2", "binary", 2, ()),
+    ("greater", "compare", 2, ()), ("greater_equal", "compare", 2, ()), ("less", "compare", 2, ()),
+    ("less_equal", "compare", 2, ()), ("equal", "compare", 2, ()), ("not_equal", "compare", 2, ()),
+    ("where", "where", 3, ()),
+    ("sum", "reduce", 1, _REDUCE), ("max", "reduce", 1, _REDUCE), ("min", "reduce", 1, _REDUCE),
+    ("prod", "reduce", 1, _REDUCE),
+    ("cumsum", "cumsum", 1, _REDUCE + ("exclusive", "reverse")),
+    ("transpose", "mapped", 1, ("rank", "in_dims[rank]", "perm[rank]")),
+    ("tile", "mapped", 1, ("rank", "in_dims[rank]", "out_dims[rank]")),
+    ("slice", "mapped", 1, _MAPPED), ("pad", "mapped", 1, _MAPPED),
+    ("place", "moved", 1, ("outer", "n_in", "inner", "n_out", "offset")),
+    ("gather", "moved", 1, ("outer", "n_axis", "inner", "n_idx", "idx[n_idx]")),
+    ("matmul", "matmul", 2, ("batch_a", "batch_b", "m", "k", "n")),
+    ("solve", "solve", 2, ("batch", "n", "m")),
+    ("inv", "inv", 1, ("batch", "n")),
 )
-# families are contiguous ranges: unary opcodes end at UNARY_LAST, binary ones at BINARY_LAST
+NAMES = tuple(row[0] for row in TABLE)
+FAMILIES = tuple(row[1] for row in TABLE)
+ARITY = tuple(row[2] for row in TABLE)
+ATTRIBUTES = tuple(row[3] for row in TABLE)
+
+# The sweeps dispatch on contiguous opcode ranges, in this order of families; _check_table proves the table
+# has them (a new opcode in the wrong place fails at import, it can never run as its neighbour's kernel).
 UNARY_LAST = POLYGAMMA
-BINARY_LAST = ATAN2
+BINARY_LAST = NOT_EQUAL          # the compare family is binary in the kernels: values 0/1, partials zero
+COMPARE_FIRST = GREATER          # compare outputs carry no derivative: activity never flows through them
+FAMILY_ORDER = ("unary", "binary", "compare", "where", "reduce", "cumsum", "mapped", "moved", "matmul",
+                "solve", "inv")
+_FAMILY_BOUNDS = {"unary": (COPY, UNARY_LAST), "binary": (ADD, ATAN2), "compare": (COMPARE_FIRST, BINARY_LAST),
+                  "where": (WHERE, WHERE), "reduce": (SUM, PROD), "cumsum": (CUMSUM, CUMSUM),
+                  "mapped": (TRANSPOSE, PAD), "moved": (PLACE, GATHER), "matmul": (MATMUL, MATMUL),
+                  "solve": (SOLVE, SOLVE), "inv": (INV, INV)}
+
+
+def _check_table():
+    if len(TABLE) != INV + 1 or len(set(NAMES)) != len(NAMES):
+        raise AssertionError("opcodes.TABLE must have one row per opcode, names unique")
+    order = [f for i, f in enumerate(FAMILIES) if i == 0 or FAMILIES[i - 1] != f]
+    if order != list(FAMILY_ORDER):
+        raise AssertionError(f"opcode families must be contiguous in the order {FAMILY_ORDER}, got {order}")
+    for family, (first, last) in _FAMILY_BOUNDS.items():
+        if FAMILIES.index(family) != first or len(FAMILIES) - 1 - FAMILIES[::-1].index(family) != last:
+            raise AssertionError(f"opcode family {family!r} must span opcodes {first}..{last}")
+
+
+_check_table()
+
+
+def attribute_length(op, iattr, start):
+    """The length of instruction `op`'s iattr block starting at `start` (reads the rank or count field it
+    depends on; the caller checks that those reads are in bounds)."""
+    fields = ATTRIBUTES[op]
+    length = 0
+    named = {}
+    for field in fields:
+        if "[" in field:
+            length += named[field[field.index("[") + 1:-1]]
+        else:
+            named[field] = int(iattr[start + length]) if start + length < len(iattr) else 0
+            length += 1
+    return length

@@ -146,8 +146,8 @@ def test_forward_mode_jacobian_of_several_sources_in_chunks(seed, budget):
         tape.watch([a, b])
         y = jt.tanh(jt.reshape(jt.matmul(m, a[:, None]), (2, 3)) * jt.reduce_sum(b * b))
         y = jt.concat([y, jt.exp(y)], axis=1) + jt.reshape(b, (4,))[0]       # y: (2, 6), 12 > 7 columns
-    from jitape.execute import source_jacobians
-    ja, jb = source_jacobians(tape, y, [a, b], "reverse")
+    from jitape.execute import lowered, source_jacobians
+    ja, jb = source_jacobians(lowered(tape, [y], [a, b]), y.size, [a, b], "reverse")
     old = jt.config.jacobian_memory_bytes
     try:
         if budget:

@@ -4,12 +4,15 @@ Every primitive is defined next to its public function in a family module;
 composite ops (softmax, einsum, norm ...) are written in primitives and so
 inherit their derivatives on every path.
 """
+import functools
+
 import numpy as np
 
 from jitape_kernels.opcodes import MAXRANK
 
 from ..tape import _state, recording_tapes
 from ..tensor import Tensor, to_numpy
+from ..tracing import _traces, observe, observe_all
 
 PRIMITIVES = {}     # name -> Primitive
 COMPOSITES = {}     # name -> public function built from primitives
@@ -23,14 +26,19 @@ class Primitive:
     shape(input_shapes, params) -> shape     raises ValueError naming the shapes
     vjp(g, out, inputs, params, wants)       input cotangents as jitape Tensors (None where not wanted)
     opcode                                   its njit kernels in jitape_kernels.cpu
+    differentiable                           False for piecewise-constant ops (comparisons): they are
+                                             recorded so a replay recomputes them, but pass no derivative on;
+                                             their public functions are in NON_DIFFERENTIABLE, not PRIMITIVES
     """
-    __slots__ = ("name", "opcode", "forward", "shape", "vjp")
+    __slots__ = ("name", "opcode", "forward", "shape", "vjp", "differentiable")
 
-    def __init__(self, name, opcode, forward, shape, vjp):
+    def __init__(self, name, opcode, forward, shape, vjp, differentiable=True):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name, self.opcode, self.forward, self.shape, self.vjp = name, opcode, forward, shape, vjp
-        PRIMITIVES[name] = self
+        self.differentiable = differentiable
+        if differentiable:
+            PRIMITIVES[name] = self
 
     def __repr__(self):
         return f"Primitive({self.name})"
@@ -43,9 +51,27 @@ def composite(fn):
 
 
 def non_differentiable(fn):
-    """Register a public op whose result is never recorded (its gradient is None, as in TensorFlow)."""
-    NON_DIFFERENTIABLE[fn.__name__] = fn
-    return fn
+    """Register a public op whose gradient is None, as in TensorFlow. Comparisons are recorded (a replayed
+    function recomputes them); the others compute on values, so they are `reads_values`."""
+    NON_DIFFERENTIABLE[fn.__name__] = fn if fn.__name__ in _RECORDED_COMPARISONS else reads_values(fn)
+    return NON_DIFFERENTIABLE[fn.__name__]
+
+
+_RECORDED_COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
+
+
+def reads_values(fn):
+    """Mark an op computed from its tensor arguments' values outside any instruction: in a jt.function trace
+    those arguments become guards (jitape.tracing), so a replay never returns a stale result."""
+    how = f"jt.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        if _traces.active:
+            observe_all(args, how)
+            observe_all(tuple(kwargs.values()), how)
+        return fn(*args, **kwargs)
+    return op
 
 
 def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
@@ -98,7 +124,7 @@ def float_tensor(x, what):
     t = as_tensor(x)
     if t.dtype.kind != "f":
         from ..tensor import floatx
-        t = Tensor(np.asarray(t._value, floatx())[()])
+        t = cast_float(t, np.dtype(floatx()))
     return t
 
 
@@ -137,9 +163,11 @@ def cast_float(t, dtype):
     """`t` in float `dtype`; a float-to-float cast is recorded (it is differentiable)."""
     if t.dtype == dtype:
         return t
-    if t.dtype.kind == "f":
+    if t.dtype.kind in "fb":      # bool: perhaps a recorded comparison, cast as an instruction
         from .elementwise import cast
         return cast(t, dtype)
+    if _traces.active:
+        observe(t, f"an integer tensor used as {dtype}")
     return Tensor(np.asarray(t._value, dtype)[()])
 
 

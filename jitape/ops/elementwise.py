@@ -10,9 +10,10 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 
 from ..tensor import Tensor
+from ..tracing import _traces, observe_all
 from . import shape as _shape
 from .core import (Primitive, as_tensor, broadcast_shapes, composite, emit, float_tensor, non_differentiable,
-                   promote)
+                   promote, reads_values)
 
 
 def _same(shapes, params):
@@ -20,8 +21,9 @@ def _same(shapes, params):
 
 
 def _mask(condition, like):
-    """A constant 0/1 tensor of `like`'s dtype: derivative masks are locally constant."""
-    return Tensor(np.asarray(condition, like.dtype)[()])
+    """`condition` (a recorded comparison) as a 0/1 tensor of `like`'s dtype: derivative masks are locally
+    constant, and recorded so that a replayed derivative recomputes them."""
+    return cast(condition, like.dtype)
 
 
 # -- unary -----------------------------------------------------------------------------------
@@ -48,7 +50,7 @@ sin = _unary("sin", oc.SIN, np.sin, lambda g, y, x: g * cos(x))
 cos = _unary("cos", oc.COS, np.cos, lambda g, y, x: negative(g * sin(x)))
 tan = _unary("tan", oc.TAN, np.tan, lambda g, y, x: g * add(square(y), 1.0))
 tanh = _unary("tanh", oc.TANH, np.tanh, lambda g, y, x: g * (1.0 - square(y)))
-abs = _unary("abs", oc.ABS, np.abs, lambda g, y, x: g * _mask(np.sign(x._value), x))
+abs = _unary("abs", oc.ABS, np.abs, lambda g, y, x: g * sign(x))
 sign = _unary("sign", oc.SIGN, np.sign, lambda g, y, x: g * _mask(np.zeros_like(x._value), x))
 
 
@@ -64,7 +66,7 @@ def _softplus_np(x):
 
 
 sigmoid = _unary("sigmoid", oc.SIGMOID, _sigmoid_np, lambda g, y, x: g * (y * (1.0 - y)))
-relu = _unary("relu", oc.RELU, lambda x: np.maximum(x, 0)[()], lambda g, y, x: g * _mask(x._value > 0, x))
+relu = _unary("relu", oc.RELU, lambda x: np.maximum(x, 0)[()], lambda g, y, x: g * _mask(greater(x, 0.0), x))
 softplus = _unary("softplus", oc.SOFTPLUS, _softplus_np, lambda g, y, x: g * sigmoid(x))
 
 
@@ -161,8 +163,8 @@ def _clip_np(x, lo, hi):
 
 
 _clip = Primitive("clip_by_value", oc.CLIP, _clip_np, _same,
-                  lambda g, y, ins, p, w: (g * _mask((ins[0]._value >= p[0]) & (ins[0]._value <= p[1]),
-                                                     ins[0]),))
+                  lambda g, y, ins, p, w: (g * _mask(greater_equal(ins[0], p[0]), ins[0])
+                                           * _mask(less_equal(ins[0], p[1]), ins[0]),))
 
 
 def clip_by_value(t, clip_value_min, clip_value_max):
@@ -216,8 +218,14 @@ def cast(x, dtype):
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
         return x
-    if x.dtype.kind == "f" and dtype.kind == "f":
+    if x.dtype.kind in "fb" and dtype.kind == "f":       # bool: a recorded comparison's 0/1 values
         return emit(_cast, (x,), _cast_np(x._value, dtype), dtype)
+    return _cast_constant(x, dtype)
+
+
+@reads_values
+def _cast_constant(x, dtype):
+    """A cast to an integer or bool dtype: no derivative; in a trace, a guard on x (see jitape.replay)."""
     return Tensor(np.asarray(x._value, dtype)[()])
 
 
@@ -269,18 +277,18 @@ def _pow_vjp(g, out, ins, p, w):
     da = g * b * _pow_binary(a, b - 1.0) if w[0] else None
     if not w[1]:
         return da, None
-    positive = a._value > 0
+    positive = greater(a, 0.0)
     safe_log = log(where(positive, a, 1.0))
     return da, g * where(positive, out * safe_log, 0.0)
 
 
 _pow_binary = _binary("pow", oc.POW, np.power, _pow_vjp)
 maximum = _binary("maximum", oc.MAXIMUM, np.maximum,
-                  lambda g, out, ins, p, w: (g * _mask(ins[0]._value >= ins[1]._value, g),
-                                             g * _mask(ins[0]._value < ins[1]._value, g)))
+                  lambda g, out, ins, p, w: (g * _mask(greater_equal(ins[0], ins[1]), g),
+                                             g * _mask(less(ins[0], ins[1]), g)))
 minimum = _binary("minimum", oc.MINIMUM, np.minimum,
-                  lambda g, out, ins, p, w: (g * _mask(ins[0]._value <= ins[1]._value, g),
-                                             g * _mask(ins[0]._value > ins[1]._value, g)))
+                  lambda g, out, ins, p, w: (g * _mask(less_equal(ins[0], ins[1]), g),
+                                             g * _mask(greater(ins[0], ins[1]), g)))
 
 
 def _atan2_vjp(g, out, ins, p, w):
@@ -333,23 +341,31 @@ def _where_shape(shapes, params):
 
 _where = Primitive("where", oc.WHERE, _where_np, _where_shape,
                    lambda g, out, ins, p, w: (None,
-                                              where(ins[0]._value != 0, g, 0.0) if w[1] else None,
-                                              where(ins[0]._value != 0, 0.0, g) if w[2] else None))
+                                              where(ins[0], g, 0.0) if w[1] else None,
+                                              where(ins[0], 0.0, g) if w[2] else None))
 
 
 def where(condition, x=None, y=None):
     """Elements of x where condition holds, else of y (numpy broadcasting); with one argument, the indices."""
-    cond = np.asarray(condition._value if isinstance(condition, Tensor) else condition)
     if x is None and y is None:
-        return Tensor(np.argwhere(cond).astype(np.int64))
+        return _where_indices(condition)
     if x is None or y is None:
         raise ValueError("where: give both x and y, or neither")
+    cond = condition if isinstance(condition, Tensor) else Tensor(np.asarray(condition))
     x, y = promote(x, y)
     shape = broadcast_shapes(broadcast_shapes(cond.shape, x.shape, "where"), y.shape, "where")
     x = _shape.broadcast_to(x, shape)
     y = _shape.broadcast_to(y, shape)
-    mask = Tensor(np.asarray(np.broadcast_to(cond, shape), x.dtype)[()])
+    # a recorded condition (a comparison of traced values) stays recorded: broadcast and cast as instructions
+    mask = cast(_shape.broadcast_to(cond, shape), x.dtype)
     return emit(_where, (mask, x, y), _where_np(mask._value, x._value, y._value))
+
+
+@reads_values
+def _where_indices(condition):
+    """where(condition) with one argument: the indices where it holds, [n, rank] int64."""
+    cond = np.asarray(condition._value if isinstance(condition, Tensor) else condition)
+    return Tensor(np.argwhere(cond).astype(np.int64))
 
 
 # -- not differentiable ----------------------------------------------------------------------
@@ -359,17 +375,31 @@ def round(x):
     return Tensor(np.round(as_tensor(x)._value)[()])
 
 
-def _compare(fn):
-    def op(x, y):
+def _compare(name, opcode, fn):
+    """A comparison: recorded when it reads float tensors (a 0/1 instruction, so a replayed function
+    recomputes it; no derivative flows through it), computed on the values otherwise."""
+    prim = Primitive(name, opcode, fn, _binary_shape, lambda g, out, ins, p, w: (None, None), differentiable=False)
+
+    def op(x, y, name=None):
+        if (isinstance(x, Tensor) and x.dtype.kind == "f") or (isinstance(y, Tensor) and y.dtype.kind == "f"):
+            x, y = promote(x, y)
+            if x._value.shape != y._value.shape:
+                x, y = _broadcast_pair(x, y, prim.name)
+            return emit(prim, (x, y), fn(x._value, y._value)[()])
         x, y = as_tensor(x), as_tensor(y, x if isinstance(x, Tensor) else None)
+        if _traces.active:
+            observe_all((x, y), f"jt.{name} of non-float tensors")
         return Tensor(fn(x._value, y._value)[()])
-    op.__name__ = fn.__name__
+
+    op.__name__ = name
+    op.__qualname__ = name
+    op.__doc__ = f"Elementwise {name} with numpy broadcasting, a bool tensor (its gradient is None)."
     return non_differentiable(op)
 
 
-equal = _compare(np.equal)
-not_equal = _compare(np.not_equal)
-less = _compare(np.less)
-less_equal = _compare(np.less_equal)
-greater = _compare(np.greater)
-greater_equal = _compare(np.greater_equal)
+equal = _compare("equal", oc.EQUAL, np.equal)
+not_equal = _compare("not_equal", oc.NOT_EQUAL, np.not_equal)
+less = _compare("less", oc.LESS, np.less)
+less_equal = _compare("less_equal", oc.LESS_EQUAL, np.less_equal)
+greater = _compare("greater", oc.GREATER, np.greater)
+greater_equal = _compare("greater_equal", oc.GREATER_EQUAL, np.greater_equal)

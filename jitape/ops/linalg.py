@@ -295,7 +295,7 @@ def clip_by_norm(t, clip_norm, axes=None, name=None):
     """t scaled so its L2 norm over `axes` is at most clip_norm (TensorFlow's formula and gradient)."""
     t = float_tensor(t, "clip_by_norm")
     l2sum = _red.reduce_sum(_ew.square(t), axes, keepdims=True)
-    positive = l2sum._value > 0
+    positive = _ew.greater(l2sum, 0.0)      # recorded: a replay recomputes the branch
     l2norm = _ew.where(positive, _ew.sqrt(_ew.where(positive, l2sum, 1.0)), l2sum)
     clip = as_tensor(clip_norm, t)
     return _ew.divide(t * clip, _ew.maximum(l2norm, clip))

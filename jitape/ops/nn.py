@@ -34,7 +34,7 @@ def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None):
     if z.shape != x.shape:
         raise ValueError(f"sigmoid_cross_entropy_with_logits: labels shape {z.shape} and logits shape "
                          f"{x.shape} must be equal")
-    nonnegative = x._value >= 0
+    nonnegative = _ew.greater_equal(x, 0.0)      # recorded: a replay recomputes the branch
     relu_logits = _ew.where(nonnegative, x, 0.0)
     neg_abs_logits = _ew.where(nonnegative, _ew.negative(x), x)
     return relu_logits - x * z + _ew.log1p(_ew.exp(neg_abs_logits))
@@ -109,7 +109,7 @@ def leaky_relu(features, alpha=0.2, name=None):
     array([-0.2,  2. ], dtype=float32)
     """
     x = float_tensor(features, "leaky_relu")
-    return _ew.where(x._value > 0, x, x * float(alpha))
+    return _ew.where(_ew.greater(x, 0.0), x, x * float(alpha))
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717

@@ -11,6 +11,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 
 from ..tensor import Tensor
+from ..tracing import _traces
 from . import elementwise as _ew
 from . import shape as _shape
 from .core import Primitive, as_tensor, composite, emit, float_tensor, non_differentiable, normalize_axis
@@ -45,8 +46,9 @@ def _sum_vjp(g, out, ins, p, w):
 def _extremum_vjp(g, out, ins, p, w):
     # TensorFlow splits the gradient evenly between tied extrema; the split is locally constant
     outer, n, inner, _ = p
-    hit = np.reshape(ins[0]._value, (outer, n, inner)) == np.reshape(out._value, (outer, 1, inner))
-    share = Tensor((hit / np.maximum(hit.sum(axis=1, keepdims=True), 1)).astype(g.dtype))
+    hit = _ew.cast(_ew.equal(_shape.reshape(ins[0], (outer, n, inner)), _shape.reshape(out, (outer, 1, inner))),
+                   g.dtype)         # recorded comparisons: a replayed derivative recomputes the ties
+    share = _ew.divide(hit, _ew.maximum(reduce_sum(hit, 1, keepdims=True), 1.0))
     return (_shape.reshape(_spread(g, outer, n, inner) * share, ins[0].shape),)
 
 
@@ -137,6 +139,10 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None):
     axes = reduction_axes(axis, x.ndim, "reduce_logsumexp")
     if x.size == 0:         # an empty axis: log(0) = -inf, as numpy's; no maximum to shift by
         peak = Tensor(np.zeros([1 if i in axes else d for i, d in enumerate(x.shape)], x.dtype))
+    elif _traces.active:
+        # recorded, so a replay shifts by its own maximum (the shift's derivative is 1 - sum(softmax) = 0)
+        peak = reduce_max(x, axes, keepdims=True)
+        peak = _ew.where(_ew.equal(peak - peak, 0.0), peak, 0.0)       # finite maxima only
     else:
         peak = reduce_max(x, axes, keepdims=True)._value
         peak = Tensor(np.where(np.isfinite(peak), peak, 0).astype(x.dtype)[()])

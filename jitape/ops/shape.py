@@ -161,7 +161,7 @@ def broadcast_to(input, shape, name=None):
         return x
     if len(shape) < x.ndim or any(d not in (1, s) for d, s in zip(x.shape[::-1], shape[::-1])):
         raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}")
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fb":       # bool: a recorded comparison broadcast as an instruction
         return Tensor(np.broadcast_to(x._value, shape))
     in_dims = (1,) * (len(shape) - x.ndim) + x.shape
     return _emit_tile(x, in_dims, tuple(s if d == 1 else 1 for d, s in zip(in_dims, shape)),

@@ -4,10 +4,10 @@ import numpy as np
 from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep
 from .tangents import second_order_sweep, tangent_sweep
-from .interpreter import forward_sweep, plan, reverse_sweep
+from .interpreter import derivative_plan, forward_sweep, plan, reverse_sweep
 from .optimizers import adam_step, sgd_momentum_step
 
-__all__ = ["first_row_mixing", "forward_sweep", "per_example_plan", "per_example_sweep", "plan",
+__all__ = ["derivative_plan", "first_row_mixing", "forward_sweep", "per_example_plan", "per_example_sweep", "plan",
            "reverse_sweep", "second_order_sweep", "tangent_sweep", "warmup_steps"]
 
 
@@ -31,7 +31,9 @@ def warmup_steps():
     Program of each dtype compiles every kernel the interpreter can reach.
     """
     steps = [("plan", lambda: plan(np.zeros((0, 6), np.int64), np.zeros((0, 3 + oc.MAXRANK), np.int64),
-                                   np.zeros(0, np.int64), np.zeros(0, np.int64))),
+                                   np.zeros(0, np.int64), np.zeros(0, np.int64), False)),
+             ("derivative_plan", lambda: derivative_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
+                                                         np.zeros(0, np.int64), np.zeros(0, np.int64))),
              ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),
                                                            np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 2,
                                                            np.zeros(0, np.int64), -1)),

@@ -392,8 +392,22 @@ def binary_value(op, a, b):
         return max(a, b)
     if op == oc.MINIMUM:
         return min(a, b)
-    # ATAN2: atan2(a, b) = the angle of the point (b, a), TensorFlow's argument order (y, x)
-    return math.atan2(a, b)
+    if op == oc.ATAN2:      # atan2(a, b) = the angle of the point (b, a), TensorFlow's argument order (y, x)
+        return math.atan2(a, b)
+    # the compare family: 1.0 where the comparison holds, else 0.0
+    if op == oc.GREATER:
+        holds = a > b
+    elif op == oc.GREATER_EQUAL:
+        holds = a >= b
+    elif op == oc.LESS:
+        holds = a < b
+    elif op == oc.LESS_EQUAL:
+        holds = a <= b
+    elif op == oc.EQUAL:
+        holds = a == b
+    else:
+        holds = a != b
+    return 1.0 if holds else 0.0
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -419,9 +433,10 @@ def binary_partials(op, a, b, y):
         return (one, zero) if a >= b else (zero, one)
     if op == oc.MINIMUM:
         return (one, zero) if a <= b else (zero, one)
-    # ATAN2
-    r = a * a + b * b
-    return b / r, -a / r
+    if op == oc.ATAN2:
+        r = a * a + b * b
+        return b / r, -a / r
+    return zero, zero       # the compare family: piecewise constant
 
 
 @njit(cache=True, error_model="numpy", inline="always")

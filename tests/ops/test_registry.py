@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 import jitape as jt
 from jitape.ops import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from jitape_kernels import opcodes as oc
-from jitape.execute import source_jacobians
+from jitape.execute import lowered, source_jacobians
 from jitape_kernels.cpu import forward_sweep
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=4, min_side=1, max_side=3)
@@ -810,7 +810,7 @@ def _check_forward_mode_and_hessian(name, args):
         y = _packed(case, args, where, shapes, z)
         s = jt.reduce_sum(y * ct)
     # every op's tangent kernel: forward-mode Jacobian == reverse-mode Jacobian
-    (forward,), (reverse,) = (source_jacobians(tape, y, [z], mode) for mode in ("forward", "reverse"))
+    (forward,), (reverse,) = (source_jacobians(lowered(tape, [y], [z]), y.size, [z], mode) for mode in ("forward", "reverse"))
     np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-12, err_msg=f"{name}: forward vs reverse")
     compiled = tape.hessian(s, z)
     hv = tape.hessian_vector_product(s, z, v)

@@ -1,0 +1,297 @@
+"""Functional derivatives: jt.grad, jt.value_and_grad, jt.jacobian, jt.hessian, jt.hessian_vector_product.
+
+Each wraps f in a jt.function: a call replays f's Program in one compiled
+forward sweep and differentiates that replay with one compiled sweep (K
+columns for Jacobians and Hessians) planned once per traced variant. Inside a
+trace or under a recording tape they run on a GradientTape instead, so their
+results are themselves recorded (jt.grad(jt.grad(f)) works).
+"""
+import functools
+
+import numpy as np
+
+from . import nest
+from .execute import source_gradients, source_hessian, source_jacobians
+from .replay import Function
+from .tape import GradientTape, _state
+from .tensor import Tensor, floatx
+from .tracing import _traces
+
+
+def _function(f):
+    return f if isinstance(f, Function) else Function(f)
+
+
+def _argnums(argnums, n_args, what):
+    many = not isinstance(argnums, int)
+    nums = tuple(argnums) if many else (argnums,)
+    for i in nums:
+        if not isinstance(i, int) or not -n_args <= i < n_args:
+            raise ValueError(f"{what}: argnums {argnums!r} out of range for {n_args} positional arguments")
+    return tuple(i % n_args for i in nums), many
+
+
+def _differentiable_args(args, nums, what):
+    """args with Python floats among the differentiated ones made floatx arrays; ints and other dtypes
+    refused, naming the argument."""
+    args = list(args)
+    for i in nums:
+        leaves = nest.flatten(args[i])
+        fixed = []
+        for leaf in leaves:
+            if isinstance(leaf, float):
+                leaf = np.asarray(leaf, floatx())
+            value = getattr(leaf, "_value", leaf)
+            if not isinstance(value, np.ndarray | np.generic) or value.dtype.kind != "f":
+                got = type(leaf).__name__ if not hasattr(value, "dtype") else f"dtype {value.dtype}"
+                raise TypeError(f"{what}: argument {i} must hold float tensors or arrays to differentiate, "
+                                f"got {got}")
+            fixed.append(leaf)
+        args[i] = nest.pack_like(args[i], fixed)
+    return tuple(args)
+
+
+def _source_leaves(args, kwargs, nums):
+    """Indices in flatten((args, kwargs)) of the leaves of the differentiated arguments, per argument."""
+    starts = np.cumsum([0] + [len(nest.flatten(a)) for a in args])
+    return [list(range(starts[i], starts[i + 1])) for i in nums]
+
+
+def _as_tensor(leaf):
+    return leaf if isinstance(leaf, Tensor) else Tensor(np.asarray(leaf)[()])
+
+
+class _Call:
+    """One call of f through its jt.function: the variant replayed (or traced), its outputs and the slots
+    of the differentiated leaves."""
+
+    def __init__(self, fn, args, kwargs, nums):
+        concrete, leaves, traced = fn.replay(args, kwargs)
+        self.concrete = concrete
+        self.outputs = concrete.finish() if traced is None else traced[0]
+        self._args = [args[i] for i in nums]
+        slot_of_leaf = dict(concrete.arg_slots)
+        self.groups = [[(_as_tensor(leaves[i]), slot_of_leaf[i]) for i in group]
+                       for group in _source_leaves(args, kwargs, nums)]
+        self.sources = [s for group in self.groups for s in group]
+
+    def target(self, value, what):
+        """The slot of the output `value` (a Tensor) and whether it was recorded (False: a constant)."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{what}: f must return a Tensor, got {type(value).__name__}")
+        entry = self.concrete.outputs[0]
+        return entry[1] if entry[0] == "slot" else -1
+
+    def program(self, target):
+        return self.concrete.program([target], [slot for _, slot in self.sources])
+
+    def pack(self, found, many, shape_of):
+        """found: one array or Tensor per source leaf (None: not connected, zeros) -> args' structure."""
+        it = iter(found)
+        results = []
+        for group, arg in zip(self.groups, self._args):
+            leaves = []
+            for tensor, _ in group:
+                value = next(it)
+                shape = shape_of(tensor)
+                leaves.append(Tensor(np.zeros(shape, tensor.dtype)[()]) if value is None
+                              else Tensor(np.asarray(getattr(value, "_value", value)).reshape(shape)[()]))
+            results.append(nest.pack_like(arg, leaves))
+        return tuple(results) if many else results[0]
+
+
+def _on_tape(f, args, kwargs, nums):
+    """Eager: f recorded on a persistent tape watching the differentiated leaves (results recorded on any
+    enclosing tape or trace)."""
+    watched = [[_as_tensor(leaf) for leaf in nest.flatten(args[i])] for i in nums]
+    args = list(args)
+    for i, leaves in zip(nums, watched):
+        args[i] = nest.pack_like(args[i], leaves)
+    with GradientTape(persistent=True) as tape:
+        tape.watch([t for group in watched for t in group])
+        out = f(*args, **kwargs)
+    return tape, out, [t for group in watched for t in group], args
+
+
+def _eager():
+    """Inside a trace or under a recording tape: the derivative must itself be recorded."""
+    return bool(_traces.active or _state.recording)
+
+
+def value_and_grad(f, argnums=0, has_aux=False):
+    """A function returning (f(*args), the gradient of f w.r.t. args[argnums]) (with has_aux, f returns
+    (value, aux) and the result is ((value, aux), gradient)), as in JAX.
+
+    >>> import jitape as jt
+    >>> vg = jt.value_and_grad(lambda x: jt.reduce_sum(x ** 3))
+    >>> value, g = vg(jt.constant([1.0, 2.0]))
+    >>> float(value), g.numpy()
+    (9.0, array([ 3., 12.], dtype=float32))
+    """
+    fn = _function(f)
+
+    @functools.wraps(fn.python_function)
+    def value_and_grad_f(*args, **kwargs):
+        nums, many = _argnums(argnums, len(args), "value_and_grad")
+        args = _differentiable_args(args, nums, "value_and_grad")
+        if _eager():
+            tape, out, sources, args = _on_tape(fn.python_function, args, kwargs, nums)
+            value = _value(out, has_aux, "value_and_grad")
+            grads = tape.gradient(value, sources, unconnected_gradients="zero")
+            return out, _pack_groups(args, nums, grads, many)
+        call = _Call(fn, args, kwargs, nums)
+        value = _value(call.outputs, has_aux, "value_and_grad")
+        target = call.target(value, "value_and_grad")
+        if target < 0:
+            found = [None] * len(call.sources)
+        else:
+            seed = np.ones((1, 1), call.concrete.dtype)
+            found = source_gradients(call.program(target), [seed], [t for t, _ in call.sources])
+        return call.outputs, call.pack(found, many, lambda t: t.shape)
+
+    return value_and_grad_f
+
+
+def _value(out, has_aux, what):
+    if has_aux:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"{what} with has_aux=True: f must return a pair (value, aux)")
+        out = out[0]
+    if not isinstance(out, Tensor) or out.shape != () or out.dtype.kind != "f":
+        raise TypeError(f"{what}: f must return a float scalar Tensor, got "
+                        f"{getattr(out, 'shape', type(out).__name__)}")
+    return out
+
+
+def _pack_groups(args, nums, flat, many):
+    it = iter(flat)
+    results = [nest.pack_like(args[i], [next(it) for _ in nest.flatten(args[i])]) for i in nums]
+    return tuple(results) if many else results[0]
+
+
+def grad(f, argnums=0, has_aux=False):
+    """A function returning the gradient of the scalar f w.r.t. args[argnums] (with has_aux, (gradient, aux)).
+
+    >>> import jitape as jt
+    >>> df = jt.grad(lambda x: jt.reduce_sum(jt.sin(x)))
+    >>> df(jt.constant([0.0])).numpy()
+    array([1.], dtype=float32)
+    """
+    vg = value_and_grad(f, argnums, has_aux)
+
+    @functools.wraps(vg)
+    def grad_f(*args, **kwargs):
+        out, g = vg(*args, **kwargs)
+        return (g, out[1]) if has_aux else g
+
+    return grad_f
+
+
+def jacobian(f, argnums=0):
+    """A function returning d f / d args[argnums], each of shape f's shape + the argument leaf's shape, from
+    one compiled sweep with K columns (reverse or forward mode, whichever is fewer).
+
+    >>> import jitape as jt
+    >>> jt.jacobian(lambda x: x * x)(jt.constant([1.0, 2.0])).numpy()
+    array([[2., 0.],
+           [0., 4.]], dtype=float32)
+    """
+    fn = _function(f)
+
+    @functools.wraps(fn.python_function)
+    def jacobian_f(*args, **kwargs):
+        nums, many = _argnums(argnums, len(args), "jacobian")
+        args = _differentiable_args(args, nums, "jacobian")
+        if _eager():
+            tape, out, sources, args = _on_tape(fn.python_function, args, kwargs, nums)
+            _check_output(out, "jacobian")
+            return _pack_groups(args, nums, tape.jacobian(out, sources, unconnected_gradients="zero"), many)
+        call = _Call(fn, args, kwargs, nums)
+        out = call.outputs
+        _check_output(out, "jacobian")
+        target = call.target(out, "jacobian")
+        sources = [t for t, _ in call.sources]
+        if target < 0:
+            found = [None] * len(sources)
+        else:
+            found = source_jacobians(call.program(target), out.size, sources)
+        return call.pack(found, many, lambda t: out.shape + t.shape)
+
+    return jacobian_f
+
+
+def _check_output(out, what):
+    if not isinstance(out, Tensor) or out.dtype.kind != "f":
+        raise TypeError(f"{what}: f must return one float Tensor, got {type(out).__name__}")
+
+
+def hessian(f, argnums=0):
+    """A function returning the Hessian of the scalar f w.r.t. args[argnums] (one float tensor), shape
+    arg.shape + arg.shape: one compiled reverse sweep, then one tangent and one second-order sweep with
+    K = arg.size columns.
+
+    >>> import jitape as jt
+    >>> jt.hessian(lambda x: jt.reduce_sum(x ** 3))(jt.constant([1.0, 2.0])).numpy()
+    array([[ 6.,  0.],
+           [ 0., 12.]], dtype=float32)
+    """
+    return _second_order(f, argnums, "hessian", with_vector=False)
+
+
+def hessian_vector_product(f, argnums=0):
+    """A function `hvp(v, *args, **kwargs)` returning (d² f / d args[argnums]²) · v, shaped like the argument:
+    one reverse sweep and one tangent sweep along v (K = 1).
+
+    >>> import jitape as jt
+    >>> hvp = jt.hessian_vector_product(lambda x: jt.reduce_sum(x ** 3))
+    >>> hvp(jt.constant([1.0, 1.0]), jt.constant([1.0, 2.0])).numpy()
+    array([ 6., 12.], dtype=float32)
+    """
+    return _second_order(f, argnums, "hessian_vector_product", with_vector=True)
+
+
+def _second_order(f, argnums, what, with_vector):
+    fn = _function(f)
+    if not isinstance(argnums, int):
+        raise ValueError(f"{what}: argnums must be one int (the argument to differentiate), got {argnums!r}")
+
+    def run(args, kwargs, v):
+        nums, _ = _argnums(argnums, len(args), what)
+        args = _differentiable_args(args, nums, what)
+        if len(nest.flatten(args[nums[0]])) != 1:
+            raise TypeError(f"{what}: argument {nums[0]} must be one tensor, not a nest")
+        if _eager():
+            tape, out, (source,), _ = _on_tape(fn.python_function, args, kwargs, nums)
+            _value(out, False, what)
+            if with_vector:
+                return tape.hessian_vector_product(out, source, _vector(v, source, what))
+            h = tape.hessian(out, source)
+            return h if h is not None else Tensor(np.zeros(source.shape + source.shape, source.dtype))
+        call = _Call(fn, args, kwargs, nums)
+        out = _value(call.outputs, False, what)
+        ((source, slot),) = call.sources
+        target = call.target(out, what)
+        shape = source.shape if with_vector else source.shape + source.shape
+        found = None
+        if target >= 0:
+            directions = _vector(v, source, what).reshape(-1, 1).astype(call.concrete.dtype) if with_vector else None
+            found = source_hessian(call.program(target), source, directions)
+        if found is None:
+            return Tensor(np.zeros(shape, source.dtype)[()])
+        return Tensor(found.astype(source.dtype).reshape(shape)[()])
+
+    if with_vector:
+        def hvp_f(v, *args, **kwargs):
+            return run(args, kwargs, v)
+        return functools.wraps(fn.python_function)(hvp_f)
+
+    def hessian_f(*args, **kwargs):
+        return run(args, kwargs, None)
+    return functools.wraps(fn.python_function)(hessian_f)
+
+
+def _vector(v, source, what):
+    array = np.asarray(getattr(v, "_value", v), source.dtype)
+    if array.shape != source.shape:
+        raise ValueError(f"{what}: v has shape {array.shape}, expected the argument's shape {source.shape}")
+    return array

@@ -1,0 +1,345 @@
+"""jt.function: a Python function traced once per input signature into a Program, replayed in compiled code.
+
+A trace is a persistent tape (`_Trace`) that tracks the float arguments and
+every float variable read, and records everything computed from them,
+comparisons and the gradients of inner tapes included. What the function reads
+into Python from a traced value (`if x > 0`, `float(t)`, an op computed on
+values) is a guard (see jitape.tracing): a replay runs the whole Program in one
+compiled forward sweep, checks the guards, and when one differs runs another
+traced variant whose guards hold, or traces again. Never a stale branch's value.
+
+A traced variant (`Concrete`) declares its inputs (argument leaves, variables
+read), its outputs, its guards and the variables it writes. Its Program keeps
+every instruction the outputs, guards and writes need, on a compacted slot
+table; derivatives of a replay (jt.grad and friends, jitape.functional) plan
+once per (sources, target) and reuse the filled arena.
+"""
+import functools
+import warnings
+
+import numpy as np
+
+from jitape_kernels import opcodes as oc
+from jitape_kernels.cpu import derivative_plan, forward_sweep, plan
+
+from . import config, nest
+from .program import Program, fill_arena
+from .tape import GradientTape, _state
+from .tensor import Tensor, Variable
+from .tracing import _traces
+
+
+class _Trace(GradientTape):
+    """The recording of one call of a jt.function."""
+
+    def __init__(self):
+        super().__init__(persistent=True, watch_accessed_variables=True)
+        self.variable_inputs = {}   # variable id -> (variable, slot of the value it had at the call)
+        self.current = {}           # variable id -> (variable, tensor holding the value assigned in the trace)
+        self.slot_guards = []       # (slot, expected value, how)
+        self.variable_guards = {}   # id -> (variable, expected value, how): variables no instruction reads
+
+    def _connected(self, inputs):
+        for t in inputs:            # every float variable read is an input, trainable or not
+            if t._is_variable and t._id not in self._tracked and t._value.dtype.kind == "f":
+                self._tracked.add(t._id)
+        return super()._connected(inputs)
+
+    def _slot(self, t):
+        if not t._is_variable:
+            return super()._slot(t)
+        written = self.current.get(t._id)
+        if written is not None:
+            return super()._slot(written[1])
+        slot = self._slot_of.get(t._id)
+        if slot is None:
+            slot = self._new_slot(t)
+            self.variable_inputs[t._id] = (t, slot)
+        return slot
+
+    def guard(self, tensor, how):
+        if tensor._is_variable and tensor._id not in self._tracked and tensor._id not in self.current:
+            if tensor._value.dtype.kind != "f":     # read where no instruction sees it: checked before replay
+                self.variable_guards.setdefault(tensor._id, (tensor, np.array(tensor._value), how))
+                return
+            self._tracked.add(tensor._id)
+        if tensor._id in self._tracked:
+            self.slot_guards.append((self._slot(tensor), np.array(tensor._value), how))
+
+    def assign(self, variable, tensor):
+        self._tracked.add(variable._id)
+        self.current[variable._id] = (variable, tensor)
+
+
+def _leaf_key(leaf):
+    """What of an argument leaf selects a trace: shapes and dtypes of float arrays (their values are inputs),
+    values of everything else."""
+    if isinstance(leaf, Variable):
+        return ("variable", leaf._id)
+    if isinstance(leaf, (Tensor, np.ndarray)):
+        value = leaf._value if isinstance(leaf, Tensor) else leaf
+        if value.dtype.kind == "f":
+            return ("array", value.shape, value.dtype.str)
+        return ("value", value.shape, value.dtype.str, value.tobytes())
+    if isinstance(leaf, (bool, int, float, complex, str, bytes, type(None))):
+        return ("python", type(leaf).__name__, leaf)
+    return ("object", id(leaf))
+
+
+def _structure(x):
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_structure(i) for i in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _structure(x[k])) for k in sorted(x, key=nest._sort_key)))
+    return "*"
+
+
+def _is_input(leaf):
+    value = getattr(leaf, "_value", leaf)
+    return (isinstance(leaf, Tensor) and not leaf._is_variable or isinstance(leaf, np.ndarray)) \
+        and value.dtype.kind == "f"
+
+
+class Concrete:
+    """One traced variant of a jt.function: a Program over a compacted slot table, its declared inputs
+    (argument leaves and variables), outputs, guards and variable writes."""
+
+    def __init__(self, trace, arg_slots, structure, out_leaves):
+        self.structure = structure
+        var_inputs = list(trace.variable_inputs.values())
+        outputs = []            # per output leaf: ("slot", slot, shape, dtype) or ("value", leaf)
+        targets = []
+        for leaf in out_leaves:
+            if isinstance(leaf, Tensor) and not leaf._is_variable and leaf._id in trace._tracked:
+                slot = trace._slot(leaf)
+                outputs.append(["slot", slot, leaf.shape, leaf.dtype])
+                targets.append(slot)
+            else:
+                outputs.append(["value", leaf])
+        writes = []
+        for variable, tensor in trace.current.values():
+            if tensor._id in trace._tracked:
+                slot = trace._slot(tensor)
+                writes.append([variable, slot])
+                targets.append(slot)
+            else:
+                writes.append([variable, np.array(tensor._value)])
+        guards = [[slot, expected, how] for slot, expected, how in trace.slot_guards]
+        targets += [g[0] for g in guards]
+        sources = [s for _, s in arg_slots] + [s for _, s in var_inputs]
+        rows = np.frombuffer(trace._rows, np.int64).reshape(-1, 6)
+        slot_rows = np.frombuffer(trace._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
+        code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
+            rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True)
+        self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
+        self.arena = fill_arena(trace._values, scalar_slots, array_slots, arena_size, self.dtype, np.empty)
+        # compact the slot table to the slots the Program uses
+        used = np.flatnonzero(slots[:, oc.OFFSET] >= 0)
+        renumber = np.full(slots.shape[0] + 1, -1, np.int64)     # index -1 maps to -1
+        renumber[used] = np.arange(used.size)
+        code[:, oc.OUT:oc.IN2 + 1] = renumber[code[:, oc.OUT:oc.IN2 + 1]]
+        self.code, self.slots = code, slots[used]
+        self.iattr = np.frombuffer(trace._iattr, np.int64).copy()
+        self.fattr = np.frombuffer(trace._fattr, np.float64).copy()
+        self.arg_slots = [(i, int(renumber[s])) for i, s in arg_slots]
+        self.variable_inputs = [(v, int(renumber[s])) for v, s in var_inputs]
+        for entry in outputs:
+            if entry[0] == "slot":
+                entry[1] = int(renumber[entry[1]])
+        for entry in writes:
+            if not isinstance(entry[1], np.ndarray):
+                entry[1] = int(renumber[entry[1]])
+        for g in guards:
+            g[0] = int(renumber[g[0]])
+        self.outputs, self.writes, self.slot_guards = outputs, writes, guards
+        self.variable_guards = list(trace.variable_guards.values())
+        self._plans = {}
+
+    def __len__(self):
+        return self.code.shape[0]
+
+    def _span(self, slot):
+        offset = self.slots[slot, oc.OFFSET]
+        return slice(offset, offset + self.slots[slot, oc.SIZE])
+
+    def variables_hold(self):
+        """The guard on variables no instruction reads (integer counters): the values traced with."""
+        return all(np.array_equal(v._value, expected) for v, expected, _ in self.variable_guards)
+
+    def run(self, leaves):
+        """Replay on the flat argument leaves: fill the inputs, one forward sweep. False when a guard differs
+        (nothing written then), else True with the arena holding every value of the call."""
+        arena = self.arena
+        for i, slot in self.arg_slots:
+            leaf = leaves[i]
+            arena[self._span(slot)] = np.ravel(leaf._value if isinstance(leaf, Tensor) else leaf)
+        for variable, slot in self.variable_inputs:
+            arena[self._span(slot)] = np.ravel(variable._value)
+        forward_sweep(self.code, self.slots, self.iattr, self.fattr, arena)
+        for slot, expected, _ in self.slot_guards:
+            got = arena[self._span(slot)]
+            if not np.array_equal(got, np.ravel(expected).astype(arena.dtype), equal_nan=True):
+                return False
+        return True
+
+    def failed_guard(self):
+        """The description of the first guard the last run broke."""
+        for slot, expected, how in self.slot_guards:
+            if not np.array_equal(self.arena[self._span(slot)], np.ravel(expected).astype(self.dtype),
+                                  equal_nan=True):
+                return how
+        for v, expected, how in self.variable_guards:
+            if not np.array_equal(v._value, expected):
+                return how
+        return None
+
+    def value(self, slot, shape, dtype):
+        return Tensor(self.arena[self._span(slot)].astype(dtype).reshape(shape)[()])
+
+    def finish(self):
+        """The outputs of the last run, after writing the variables it assigns."""
+        for variable, source in self.writes:
+            value = source if isinstance(source, np.ndarray) else self.arena[self._span(source)]
+            variable._value = np.array(value, variable.dtype).reshape(variable.shape)[()]
+        leaves = [self.value(*entry[1:]) if entry[0] == "slot" else entry[1] for entry in self.outputs]
+        return nest.pack_like(self.structure, leaves)
+
+    def program(self, targets, sources, aliases=None):
+        """The derivative Program of `targets` w.r.t. `sources` (slots) over this variant's arena: planned once,
+        the plan kept; its arena is the one the last run filled."""
+        key = (tuple(targets), tuple(sources))
+        planned = self._plans.get(key)
+        if planned is None:
+            code, adjoint_rows, adjoint_size = derivative_plan(self.code, self.slots, np.array(targets, np.int64),
+                                                               np.array(sources, np.int64))
+            planned = self._plans[key] = (code, adjoint_rows, int(adjoint_size))
+        code, adjoint_rows, adjoint_size = planned
+        return Program(code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, adjoint_size,
+                       np.array(targets, np.int64), np.array(sources, np.int64),
+                       tuple(np.zeros(0, np.int64) for _ in sources))
+
+
+class Function:
+    """A Python function traced per input signature and replayed in compiled code (see jt.function)."""
+
+    def __init__(self, python_function, retrace_warning=None):
+        functools.update_wrapper(self, python_function)
+        self.python_function = python_function
+        self.retrace_warning = retrace_warning
+        self.trace_count = 0
+        self._variants = {}         # signature -> [Concrete, ...], the last one to succeed first
+        self._last_key = None
+        self._warned = False
+
+    def __get__(self, instance, owner):
+        # a jt.function used as a method: one Function per bound instance
+        if instance is None:
+            return self
+        bound = instance.__dict__.get(f"_jt_function_{id(self)}")
+        if bound is None:
+            bound = Function(self.python_function.__get__(instance, owner), self.retrace_warning)
+            instance.__dict__[f"_jt_function_{id(self)}"] = bound
+        return bound
+
+    def __call__(self, *args, **kwargs):
+        if _traces.active or _state.recording:
+            # inside another trace (inlined there) or under a recording tape (which must record every op)
+            return self.python_function(*args, **kwargs)
+        concrete, _, traced = self.replay(args, kwargs)
+        return concrete.finish() if traced is None else traced[0]
+
+    def replay(self, args, kwargs):
+        """(the variant that ran, the flat argument leaves, None) with the variant's arena holding every value
+        of the call and its variable writes not yet done; when this call traced, the variant traced, its
+        arena holding the call's values, and (the outputs,): the call already ran in Python."""
+        leaves = nest.flatten((args, kwargs))
+        key = (_structure((args, kwargs)), tuple(_leaf_key(leaf) for leaf in leaves))
+        variants = self._variants.get(key)
+        why = None
+        if variants is not None:
+            for i, concrete in enumerate(variants):
+                if concrete.variables_hold() and concrete.run(leaves):
+                    if i:
+                        variants.insert(0, variants.pop(i))
+                    return concrete, leaves, None
+            why = f"the guard on {variants[0].failed_guard()} changed"
+        else:
+            why = self._new_signature(key)
+        concrete, out = self._trace(key, args, kwargs, leaves, why)
+        return concrete, leaves, (out,)
+
+    def _new_signature(self, key):
+        previous = self._last_key
+        self._last_key = key
+        if previous is None:
+            return None
+        if previous[0] != key[0]:
+            return "the arguments' nest structure changed"
+        for i, (a, b) in enumerate(zip(previous[1], key[1])):
+            if a != b:
+                return f"argument leaf {i} changed ({_describe(a)} -> {_describe(b)})"
+        return None
+
+    def _trace(self, key, args, kwargs, leaves, why):
+        self.trace_count += 1
+        limit = config.retrace_warning if self.retrace_warning is None else self.retrace_warning
+        if self.trace_count > limit and not self._warned:
+            self._warned = True
+            warnings.warn(f"jt.function {self.__name__!r} traced {self.trace_count} times"
+                          + (f"; last because {why}" if why else "")
+                          + ": pass tensors rather than Python numbers, or keep shapes fixed", stacklevel=4)
+        trace = _Trace()
+        inputs = [Tensor(np.array(getattr(leaf, "_value", leaf))[()]) if _is_input(leaf) else leaf
+                  for leaf in leaves]
+        traced_args, traced_kwargs = nest.pack_like((args, kwargs), inputs)
+        trace.watch([t for t in inputs if _is_input(t)])
+        arg_slots = [(i, trace._slot(t)) for i, t in enumerate(inputs) if _is_input(t)]
+        trace._push()
+        _traces.active.append(trace)
+        try:
+            out = self.python_function(*traced_args, **traced_kwargs)
+        finally:
+            _traces.active.remove(trace)
+            trace._pop()
+        concrete = Concrete(trace, arg_slots, out, nest.flatten(out))
+        self._variants.setdefault(key, []).insert(0, concrete)
+        return concrete, out
+
+    def concrete(self, *args, **kwargs):
+        """The traced variant a call with these arguments runs (traced now if needed; the call runs)."""
+        return self.replay(args, kwargs)[0]
+
+
+def _describe(leaf_key):
+    kind = leaf_key[0]
+    if kind == "array":
+        return f"shape {leaf_key[1]} dtype {np.dtype(leaf_key[2]).name}"
+    if kind == "python":
+        return f"Python {leaf_key[1]} {leaf_key[2]!r}"
+    if kind == "value":
+        return "the value of a non-float array"
+    return kind
+
+
+def function(func=None, *, retrace_warning=None):
+    """Trace `func` into a Program per input signature and replay it in compiled code afterwards.
+
+    The signature is the nest structure of the arguments, the shapes and dtypes of float tensors and
+    arrays (their values are inputs), and the values of everything else. Variables read inside are inputs;
+    variables assigned inside are written by every call. Python control flow on tensor values is guarded:
+    a call whose guards differ from a traced variant's traces again. A warning names the cause when a
+    function traces more than `retrace_warning` (default jt.config.retrace_warning) times.
+
+    >>> import jitape as jt
+    >>> @jt.function
+    ... def f(x):
+    ...     return jt.reduce_sum(jt.where(x > 0, x * x, -x))
+    >>> float(f(jt.constant([1.0, -2.0]))), float(f(jt.constant([-0.5, 1.5])))
+    (3.0, 2.75)
+    >>> f.trace_count
+    1
+    """
+    if func is None:
+        return lambda f: Function(f, retrace_warning)
+    return Function(func, retrace_warning)
+

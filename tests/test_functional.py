@@ -1,0 +1,111 @@
+"""jt.grad, value_and_grad, jacobian, hessian and hessian_vector_product: equal to the tape's results on every
+call (traced, replayed, replayed on new values), on nests, with aux, nested, and without planning again."""
+import numpy as np
+import pytest
+
+import jitape as jt
+import jitape.replay as replay_module
+from tests.test_tape import _count_python_calls
+
+
+def _loss(x, params):
+    h = jt.tanh(jt.matmul(x, params["w"]) + params["b"])
+    return jt.reduce_sum(h * h) + jt.reduce_sum(params["w"] ** 3)
+
+
+def _tape_grads(x, params):
+    with jt.GradientTape() as tape:
+        tape.watch([x, params])
+        y = _loss(x, params)
+    return y, tape.gradient(y, params)
+
+
+def _params(rng):
+    return {"w": jt.constant(rng.normal(size=(3, 2))), "b": jt.constant(rng.normal(size=2))}
+
+
+def test_grad_and_value_and_grad_of_nests_equal_the_tape_on_every_call():
+    rng = np.random.default_rng(0)
+    vg = jt.value_and_grad(_loss, argnums=1)
+    g = jt.grad(_loss, argnums=1)
+    for _ in range(3):
+        x, params = jt.constant(rng.normal(size=(4, 3))), _params(rng)
+        value, grads = vg(x, params)
+        expected_value, expected = _tape_grads(x, params)
+        assert float(value) == pytest.approx(float(expected_value), rel=1e-12)
+        for key in ("w", "b"):
+            np.testing.assert_allclose(grads[key].numpy(), expected[key].numpy(), rtol=1e-10)
+            np.testing.assert_allclose(g(x, params)[key].numpy(), expected[key].numpy(), rtol=1e-10)
+
+
+def test_argnums_tuples_has_aux_and_unconnected_arguments():
+    def f(a, b, c):
+        return jt.reduce_sum(a * a), {"double": a * 2.0}
+
+    vg = jt.value_and_grad(f, argnums=(0, 2), has_aux=True)
+    a, b, c = jt.constant([1.0, 2.0]), 5.0, jt.constant([3.0])
+    for scale in (1.0, 3.0):
+        (value, aux), (ga, gc) = vg(a * scale, b, c)
+        assert float(value) == pytest.approx(5.0 * scale ** 2)
+        np.testing.assert_allclose(aux["double"].numpy(), [2.0 * scale, 4.0 * scale])
+        np.testing.assert_allclose(ga.numpy(), [2.0 * scale, 4.0 * scale])
+        np.testing.assert_array_equal(gc.numpy(), [0.0])
+
+
+def test_jacobian_hessian_and_hvp_equal_the_tape():
+    rng = np.random.default_rng(2)
+    f = lambda x: jt.reduce_sum(jt.exp(x[:2] * x[1:]) * x[0])     # noqa: E731
+    vector = lambda x: jt.sin(x) * jt.reduce_sum(x)                # noqa: E731
+    jac, hes, hvp = jt.jacobian(vector), jt.hessian(f), jt.hessian_vector_product(f)
+    for _ in range(3):
+        x = jt.constant(rng.normal(size=3))
+        v = rng.normal(size=3)
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y, s = vector(x), f(x)
+        np.testing.assert_allclose(jac(x).numpy(), tape.jacobian(y, x).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(hes(x).numpy(), tape.hessian(s, x).numpy(), rtol=1e-5)
+        np.testing.assert_allclose(hvp(v, x).numpy(), tape.hessian_vector_product(s, x, v).numpy(), rtol=1e-5)
+
+
+def test_grad_of_grad_and_grad_under_a_tape():
+    f = lambda x: jt.reduce_sum(x ** 4)     # noqa: E731
+    second = jt.grad(lambda x: jt.reduce_sum(jt.grad(f)(x)))
+    x = jt.constant([1.0, -2.0], jt.float64)
+    np.testing.assert_allclose(second(x).numpy(), 12 * x.numpy() ** 2)
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        g = jt.grad(f)(x)
+    np.testing.assert_allclose(tape.jacobian(g, x).numpy(), np.diag(12 * x.numpy() ** 2))
+
+
+def test_repeated_calls_plan_once_and_cost_the_same_python_calls_whatever_the_length(monkeypatch):
+    planned = []
+    real = replay_module.derivative_plan
+    monkeypatch.setattr(replay_module, "derivative_plan", lambda *a: planned.append(1) or real(*a))
+
+    def chain(n):
+        def f(x):
+            for _ in range(n):
+                x = jt.sin(x) * 0.5 + x
+            return jt.reduce_sum(x)
+        return jt.grad(f)
+
+    counts = {}
+    for n in (500, 5_000):
+        g = chain(n)
+        x = jt.constant([0.1, 0.2])
+        g(x)
+        g(x)
+        counts[n], _ = _count_python_calls(lambda: g(x))
+    assert counts[500] == counts[5_000], counts
+    assert len(planned) == 2        # once per function
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(TypeError, match="argument 0 must hold float"):
+        jt.grad(lambda n: n * 1.0)(3)
+    with pytest.raises(TypeError, match="float scalar"):
+        jt.grad(lambda x: x * 2.0)(jt.constant([1.0, 2.0]))
+    with pytest.raises(ValueError, match="argnums 2 out of range"):
+        jt.grad(lambda x: x, argnums=2)(jt.constant(1.0))

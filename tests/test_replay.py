@@ -1,0 +1,195 @@
+"""jt.function: traces replay on new inputs, guards retrace instead of returning a stale branch, variables are
+inputs and outputs, calls under tapes, and a replay costs the same Python calls whatever the Program's length."""
+import warnings
+
+import numpy as np
+import pytest
+
+import jitape as jt
+from tests.test_tape import _count_python_calls
+
+
+def test_a_replay_recomputes_value_dependent_masks():
+    @jt.function
+    def f(x):
+        return jt.reduce_sum(jt.where(x > 0, x * x, -x))
+
+    assert float(f(jt.constant([1.0, -2.0, 0.5]))) == pytest.approx(3.25)
+    assert float(f(jt.constant([1.5, -0.5, -1.0]))) == pytest.approx(3.75)     # traced branch would give 1.25
+    assert f.trace_count == 1
+
+
+def test_masks_of_relu_maximum_clip_and_abs_replay_with_their_gradients():
+    def loss(x, y):
+        return jt.reduce_sum(jt.nn.relu(x) * jt.maximum(x, y) + jt.abs(y) + jt.clip_by_value(x * y, -0.5, 0.5))
+
+    step = jt.function(lambda x, y: jt.grad(loss, argnums=(0, 1))(x, y))
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x, y = (jt.constant(rng.normal(size=6)) for _ in range(2))
+        with jt.GradientTape() as tape:
+            tape.watch([x, y])
+            value = loss(x, y)
+        expected = tape.gradient(value, [x, y])
+        for got, want in zip(step(x, y), expected):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    assert step.trace_count == 1
+
+
+def test_variables_are_read_at_each_call_and_assignments_are_replayed():
+    w = jt.Variable([1.0, 2.0])
+    counter = jt.Variable(0.0, trainable=False)
+
+    @jt.function
+    def f(x):
+        counter.assign_add(1.0)
+        y = jt.reduce_sum(w * x)
+        w.assign(w * 2.0)
+        return y
+
+    assert float(f(jt.constant([1.0, 1.0]))) == 3.0
+    np.testing.assert_array_equal(w.numpy(), [2.0, 4.0])
+    assert float(f(jt.constant([1.0, 1.0]))) == 6.0
+    np.testing.assert_array_equal(w.numpy(), [4.0, 8.0])
+    w.assign([1.0, 1.0])
+    assert float(f(jt.constant([2.0, 3.0]))) == 5.0
+    assert float(counter) == 3.0 and f.trace_count == 1
+
+
+def test_new_shapes_dtypes_and_python_numbers_retrace():
+    f = jt.function(lambda x, c: x * c)
+    f(jt.constant([1.0]), 2.0)
+    f(jt.constant([3.0]), 2.0)
+    assert f.trace_count == 1
+    np.testing.assert_array_equal(f(jt.constant([1.0, 2.0]), 2.0).numpy(), [2.0, 4.0])
+    np.testing.assert_array_equal(f(jt.constant([1.0]), 3.0).numpy(), [3.0])
+    assert f(jt.constant([1.0], jt.float64), 3.0).dtype == np.float64
+    assert f.trace_count == 4
+
+
+def test_a_flipped_guard_never_returns_the_stale_branch():
+    @jt.function
+    def f(x):
+        if jt.reduce_sum(x) > 0:
+            return x * 2.0
+        return x * 3.0
+
+    for values in ([1.0, 2.0], [-1.0, -2.0], [3.0, 1.0], [-4.0, 1.0], [0.5, 0.5]):
+        expected = np.array(values, np.float32) * (2.0 if sum(values) > 0 else 3.0)
+        np.testing.assert_array_equal(f(jt.constant(values)).numpy(), expected)
+    assert f.trace_count == 2       # one variant per guard outcome, then replays only
+
+
+def test_values_read_into_python_are_guards():
+    @jt.function
+    def f(x):
+        n = int(jt.argmax(x))           # an op computed on values: a guard on x
+        return x[n] * float(jt.reduce_max(x))
+
+    for values in ([1.0, 3.0, 2.0], [4.0, 0.0, 1.0], [1.0, 3.0, 2.0]):
+        x = np.array(values, np.float32)
+        assert float(f(jt.constant(values))) == pytest.approx(float(x[np.argmax(x)] * x.max()))
+
+
+def test_the_retrace_warning_names_the_argument_and_the_guard():
+    f = jt.function(lambda x: x + 1.0, retrace_warning=2)
+    with pytest.warns(UserWarning, match="argument leaf 0 changed"):
+        for n in range(1, 5):
+            f(jt.zeros((n,)))
+    g = jt.function(lambda x: x * float(x), retrace_warning=1)
+    with pytest.warns(UserWarning, match=r"float\(tensor\)"):
+        for v in (1.0, 2.0, 3.0):
+            assert float(g(jt.constant(v))) == v * v
+
+
+def test_a_function_under_tapes_and_nested_tapes():
+    f = jt.function(lambda x: jt.reduce_sum(jt.sin(x) * x))
+    x = jt.constant([0.3, -1.2])
+    with jt.GradientTape() as outer:
+        outer.watch(x)
+        with jt.GradientTape() as inner:
+            inner.watch(x)
+            y = f(x)
+        g = inner.gradient(y, x)
+        s = jt.reduce_sum(g)
+    h = outer.gradient(s, x)
+    xv = x.numpy()
+    np.testing.assert_allclose(g.numpy(), np.sin(xv) + xv * np.cos(xv), rtol=1e-6)
+    np.testing.assert_allclose(h.numpy(), 2 * np.cos(xv) - xv * np.sin(xv), rtol=1e-5)
+
+
+def test_a_training_step_with_an_inner_tape_replays_equal_to_eager():
+    """The replay differentiates with the recorded VJP instructions, eager with the compiled sweep: equal to
+    rounding (float64), not bit for bit."""
+    rng = np.random.default_rng(1)
+    data = [(rng.normal(size=(8, 3)), rng.normal(size=(8, 1))) for _ in range(5)]
+
+    def make():
+        return jt.Variable(np.full((3, 1), 0.5)), jt.Variable(np.zeros(1))
+
+    def step(w, b, x, y):
+        with jt.GradientTape() as tape:
+            loss = jt.reduce_mean(jt.square(jt.nn.relu(jt.matmul(x, w) + b) - y))
+        gw, gb = tape.gradient(loss, [w, b])
+        w.assign_sub(0.1 * gw)
+        b.assign_sub(0.1 * gb)
+        return loss
+
+    eager_w, eager_b = make()
+    traced_w, traced_b = make()
+    traced = jt.function(lambda x, y: step(traced_w, traced_b, x, y))
+    for x, y in data * 4:
+        expected = step(eager_w, eager_b, jt.constant(x), jt.constant(y))
+        got = traced(jt.constant(x), jt.constant(y))
+        assert float(got) == pytest.approx(float(expected), rel=1e-12)
+        np.testing.assert_allclose(traced_w.numpy(), eager_w.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(traced_b.numpy(), eager_b.numpy(), rtol=1e-12, atol=1e-15)
+    assert traced.trace_count == 1
+
+
+def _chain(n_ops):
+    def f(x):
+        y = x
+        for _ in range(n_ops // 2):
+            y = jt.sin(y) * 0.5
+        return y
+    return jt.function(f)
+
+
+def test_replays_make_the_same_python_calls_whatever_the_length():
+    counts = {}
+    for n in (1_000, 10_000):
+        f = _chain(n)
+        x = jt.constant(0.3)
+        f(x)
+        counts[n], _ = _count_python_calls(lambda: f(x))
+    assert counts[1_000] == counts[10_000], counts
+    assert sum(counts[1_000].values()) < 300, counts
+
+
+def test_a_function_used_as_a_method_traces_per_instance():
+    class Scale:
+        def __init__(self, c):
+            self.c = jt.Variable(c)
+
+        @jt.function
+        def __call__(self, x):
+            return x * self.c
+
+    a, b = Scale(2.0), Scale(3.0)
+    assert float(a(jt.constant(1.0))) == 2.0 and float(b(jt.constant(1.0))) == 3.0
+    assert float(a(jt.constant(2.0))) == 4.0
+
+
+def test_nothing_is_left_recording_when_the_function_raises():
+    @jt.function
+    def f(x):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        f(jt.constant(1.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = jt.constant(2.0) * 2.0      # no trace is left active
+    assert float(y) == 4.0
+    assert not jt.tape.recording_tapes()
