@@ -6,12 +6,13 @@ They run their Python callables directly, so every op inside is recorded like an
 import numpy as np
 
 from . import nest
+from .ops.core import constant_value
 from .tensor import Tensor
 
 
 def _predicate(value, what):
     """A Python bool from a bool Tensor, Python bool or scalar; anything else raises."""
-    v = value._value if isinstance(value, Tensor) else np.asarray(value)
+    v = constant_value(value, f"the predicate of {what}")
     if np.ndim(v) != 0:
         raise ValueError(f"{what}: the predicate must be a scalar, got shape {np.shape(v)}")
     if np.asarray(v).dtype.kind not in "biuf":

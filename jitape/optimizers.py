@@ -9,6 +9,7 @@ import numpy as np
 from jitape_kernels.cpu.optimizers import adam_step, sgd_momentum_step
 
 from .tensor import Tensor, Variable
+from .tracing import _traces, opaque
 
 
 class Optimizer:
@@ -38,6 +39,8 @@ class Optimizer:
         Every pair is checked before any variable changes, so a bad pair
         leaves all variables and slots as they were.
         """
+        if _traces.active:       # jt.function: the update and the optimizer's own state are not recorded yet
+            opaque(f"{type(self).__name__}.apply_gradients")
         pairs, missing = _validate(grads_and_vars)
         if missing:
             warnings.warn(

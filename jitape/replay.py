@@ -38,6 +38,7 @@ class _Trace(GradientTape):
         self.current = {}           # variable id -> (variable, tensor holding the value assigned in the trace)
         self.slot_guards = []       # (slot, expected value, how)
         self.variable_guards = {}   # id -> (variable, expected value, how): variables no instruction reads
+        self.opaque = None          # what made the trace unreplayable (state changed outside instructions)
 
     def _connected(self, inputs):
         for t in inputs:            # every float variable read is an input, trainable or not
@@ -153,6 +154,7 @@ class Concrete:
             g[0] = int(renumber[g[0]])
         self.outputs, self.writes, self.slot_guards = outputs, writes, guards
         self.variable_guards = list(trace.variable_guards.values())
+        self.opaque = trace.opaque
         self._plans = {}
 
     def __len__(self):
@@ -248,6 +250,7 @@ class Function:
         concrete, _, traced = self.replay(args, kwargs)
         return concrete.finish() if traced is None else traced[0]
 
+
     def replay(self, args, kwargs):
         """(the variant that ran, the flat argument leaves, None) with the variant's arena holding every value
         of the call and its variable writes not yet done; when this call traced, the variant traced, its
@@ -256,6 +259,12 @@ class Function:
         key = (_structure((args, kwargs)), tuple(_leaf_key(leaf) for leaf in leaves))
         variants = self._variants.get(key)
         why = None
+        if variants is not None and variants[0].opaque:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"jt.function {self.__name__!r} runs in Python on every call: "
+                              f"{variants[0].opaque} changes state no instruction records", stacklevel=4)
+            return None, leaves, (self.python_function(*args, **kwargs),)
         if variants is not None:
             for i, concrete in enumerate(variants):
                 if concrete.variables_hold() and concrete.run(leaves):
@@ -267,6 +276,12 @@ class Function:
             why = self._new_signature(key)
         concrete, out = self._trace(key, args, kwargs, leaves, why)
         return concrete, leaves, (out,)
+
+    def opaque_for(self, args, kwargs):
+        """Whether calls with these arguments run in Python (their trace changed unrecorded state)."""
+        variants = self._variants.get((_structure((args, kwargs)),
+                                       tuple(_leaf_key(leaf) for leaf in nest.flatten((args, kwargs)))))
+        return bool(variants) and variants[0].opaque is not None
 
     def _new_signature(self, key):
         previous = self._last_key

@@ -2,6 +2,7 @@
 recorded Python VJPs and by central differences (float64). Integration bugs that per-op tests miss
 (pruning, slot sharing, multi-row concat, broadcasting, tensors read many times) show up here."""
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,3 +79,82 @@ def test_random_programs_agree_on_both_paths_and_with_finite_differences(steps, 
             numeric[idx] = (shifted[0] - shifted[1]) / (2 * h)
         np.testing.assert_allclose(compiled[k].numpy(), recorded[k].numpy(), rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(compiled[k].numpy(), numeric, rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(STEPS, st.integers(0, 10**6))
+def test_random_programs_replay_on_new_values(steps, seed):
+    """The program as a jt.function traced on one draw and replayed on others: value and gradient equal eager."""
+    rng = np.random.default_rng(seed)
+    ct = rng.uniform(0.5, 1.5, (3, 4))
+    loss = lambda *inputs: _program([x.numpy() for x in inputs], steps, ct)[1]    # noqa: E731
+
+    def traced(*inputs):
+        pool = list(inputs)
+        for step, s in steps:
+            pool.append(_apply(step, s, pool))
+        return jt.reduce_sum(pool[-1] * ct)
+
+    value_and_grad = jt.value_and_grad(traced, argnums=(0, 1, 2))
+    for _ in range(3):
+        inputs = [jt.constant(rng.uniform(-1.5, 1.5, (3, 4))) for _ in range(3)]
+        with jt.GradientTape() as tape:
+            tape.watch(inputs)
+            expected = traced(*inputs)
+        expected_grads = tape.gradient(expected, inputs, unconnected_gradients="zero")
+        value, grads = value_and_grad(*inputs)
+        assert float(value) == pytest.approx(float(loss(*inputs)), rel=1e-10, abs=1e-12)
+        for g, e in zip(grads, expected_grads):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_a_persistent_tape_plans_each_derivative_once(monkeypatch):
+    import jitape.program as program_module
+    planned = []
+    real = program_module.plan
+    monkeypatch.setattr(program_module, "plan", lambda *a: planned.append(1) or real(*a))
+    x = jt.constant([0.5, -0.25, 2.0])
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = jt.reduce_sum(jt.sin(x) * x)
+    first = [tape.gradient(y, x).numpy(), tape.jacobian(y, x).numpy(), tape.hessian(y, x).numpy()]
+    assert len(planned) == 1        # one (target, source) pair: the gradient, Jacobian and Hessian share it
+    for _ in range(3):
+        again = [tape.gradient(y, x).numpy(), tape.jacobian(y, x).numpy(), tape.hessian(y, x).numpy()]
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a, b)
+    assert len(planned) == 1
+    with tape:                      # recording more: a new Program
+        z = y * 2.0
+    np.testing.assert_allclose(tape.gradient(z, x).numpy(), 2 * first[0], rtol=1e-6)
+    assert len(planned) == 2
+
+
+def test_repeated_gradients_on_a_persistent_tape_make_the_same_python_calls_whatever_the_length():
+    from tests.test_tape import _count_python_calls
+    counts = {}
+    for n in (1_000, 10_000):
+        x = jt.constant(0.3)
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y = x
+            for _ in range(n // 2):
+                y = jt.sin(y) * 0.5
+        tape.gradient(y, x)
+        counts[n], _ = _count_python_calls(lambda: tape.gradient(y, x))
+    assert counts[1_000] == counts[10_000], counts
+
+
+def test_a_program_pickles_with_its_own_arrays_only():
+    import pickle
+    x = jt.constant(np.linspace(0, 1, 50))
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = jt.reduce_sum(jt.exp(x) * x)
+    program = tape.program(y, x)
+    data = pickle.dumps(program)
+    assert len(data) < 8_000
+    copy = pickle.loads(data)
+    for name in ("code", "slots", "iattr", "fattr", "arena", "adjoint_rows", "targets", "sources"):
+        np.testing.assert_array_equal(getattr(copy, name), getattr(program, name))
+    assert str(copy) == str(program)

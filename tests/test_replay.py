@@ -193,3 +193,23 @@ def test_nothing_is_left_recording_when_the_function_raises():
         y = jt.constant(2.0) * 2.0      # no trace is left active
     assert float(y) == 4.0
     assert not jt.tape.recording_tapes()
+
+
+def test_an_optimizer_step_inside_runs_in_python_with_a_warning_never_stale():
+    w = jt.Variable([1.0, -2.0])
+    opt = jt.optimizers.Adam(0.1)
+    reference_w = jt.Variable([1.0, -2.0])
+    reference_opt = jt.optimizers.Adam(0.1)
+
+    def step(w, opt, x):
+        with jt.GradientTape() as tape:
+            loss = jt.reduce_sum(jt.square(w * x))
+        opt.apply_gradients(zip(tape.gradient(loss, [w]), [w]))
+        return loss
+
+    traced = jt.function(lambda x: step(w, opt, x))
+    with pytest.warns(UserWarning, match="Adam.apply_gradients"):
+        for _ in range(4):
+            x = jt.constant([0.5, 1.5])
+            assert float(traced(x)) == float(step(reference_w, reference_opt, x))
+            np.testing.assert_array_equal(w.numpy(), reference_w.numpy())

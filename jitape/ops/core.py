@@ -119,6 +119,16 @@ def as_tensor(x, like=None):
     return Tensor(to_numpy(x))
 
 
+def constant_value(x, how):
+    """x (a Tensor or array-like) as a numpy array for a parameter an op computes with (indices, masks,
+    shapes, paddings): in a jt.function trace, a tensor read this way is a guard."""
+    if isinstance(x, Tensor):
+        if _traces.active:
+            observe(x, how)
+        return np.asarray(x._value)
+    return np.asarray(x)
+
+
 def float_tensor(x, what):
     """`x` as a float Tensor; ints and bools are cast to floatx (they are never differentiated)."""
     t = as_tensor(x)

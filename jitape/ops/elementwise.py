@@ -12,8 +12,8 @@ from jitape_kernels import opcodes as oc
 from ..tensor import Tensor
 from ..tracing import _traces, observe_all
 from . import shape as _shape
-from .core import (Primitive, as_tensor, broadcast_shapes, composite, emit, float_tensor, non_differentiable,
-                   promote, reads_values)
+from .core import (Primitive, as_tensor, broadcast_shapes, composite, constant_value, emit, float_tensor,
+                   non_differentiable, promote, reads_values)
 
 
 def _same(shapes, params):
@@ -119,7 +119,7 @@ def polygamma(a, x, name=None):
     >>> print(jt.math.polygamma(1, jt.constant(1.0, "float64")).numpy().round(6))    # pi^2 / 6
     1.644934
     """
-    order = np.asarray(a._value if isinstance(a, Tensor) else a)
+    order = constant_value(a, "the order of jt.math.polygamma")
     if order.ndim or not (order.dtype.kind in "iu" or (order.dtype.kind == "f" and float(order).is_integer())):
         raise TypeError(f"polygamma: the order a must be one non-negative integer, got {a!r} "
                         f"(per-entry orders are not supported)")

@@ -11,11 +11,11 @@ import numpy as np
 from ..tensor import Tensor, floatx
 from . import linalg as _linalg
 from . import shape as _shape
-from .core import as_tensor, composite, non_differentiable, normalize_axis, promote
+from .core import as_tensor, composite, constant_value, non_differentiable, normalize_axis, promote
 
 
 def _int_array(indices, what):
-    idx = np.asarray(indices._value if isinstance(indices, Tensor) else indices)
+    idx = constant_value(indices, "indices")
     if idx.dtype.kind not in "iu":
         raise TypeError(f"{what}: indices must be integers, got dtype {idx.dtype}")
     return idx.astype(np.int64)
@@ -81,7 +81,7 @@ def boolean_mask(tensor, mask, axis=None, name=None):
     array([1., 3.], dtype=float32)
     """
     x = as_tensor(tensor)
-    m = np.asarray(mask._value if isinstance(mask, Tensor) else mask)
+    m = constant_value(mask, "the mask of jt.boolean_mask")
     if m.dtype != np.bool_:
         raise TypeError(f"boolean_mask: mask must be boolean, got dtype {m.dtype}")
     axis = 0 if axis is None else normalize_axis(axis, x.ndim, "boolean_mask")
@@ -200,7 +200,7 @@ def repeat(input, repeats, axis=None, name=None):
     if axis is None:
         x, axis = _shape.reshape(x, (-1,)), 0
     axis = normalize_axis(axis, x.ndim, "repeat")
-    reps = np.asarray(repeats._value if isinstance(repeats, Tensor) else repeats)
+    reps = constant_value(repeats, "the repeats of jt.repeat")
     n = x.shape[axis]
     if reps.dtype.kind not in "iu" or reps.ndim > 1 or (reps < 0).any() or reps.size not in (1, n):
         raise ValueError(f"repeat: repeats must be non-negative integers, a scalar or one per element of "

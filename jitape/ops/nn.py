@@ -7,11 +7,10 @@ import math
 
 import numpy as np
 
-from ..tensor import Tensor
 from . import elementwise as _ew
 from . import reduction as _red
 from . import shape as _shape
-from .core import composite, float_tensor, promote
+from .core import composite, constant_value, float_tensor, promote
 
 
 @composite
@@ -71,7 +70,7 @@ def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None
     0.6931
     """
     x = float_tensor(logits, "sparse_softmax_cross_entropy_with_logits")
-    z = np.asarray(labels._value if isinstance(labels, Tensor) else labels)
+    z = constant_value(labels, "sparse labels")
     if z.dtype.kind not in "iu":
         raise TypeError(f"sparse_softmax_cross_entropy_with_logits: labels must be integers, got dtype {z.dtype}")
     if x.ndim < 1 or z.shape != x.shape[:-1]:
@@ -147,8 +146,8 @@ def log_sigmoid(x, name=None):
 def relu6(features, name=None):
     """min(max(x, 0), 6); the gradient is 1 strictly inside (0, 6) and 0 elsewhere, as in TensorFlow."""
     x = float_tensor(features, "relu6")
-    v = x._value
-    return _ew.where((v > 0) & (v < 6), x, Tensor(np.where(v >= 6, 6, 0).astype(x.dtype)[()]))
+    # recorded comparisons: a replay recomputes the branches
+    return _ew.where(_ew.greater(x, 0.0), _ew.where(_ew.less(x, 6.0), x, 6.0), 0.0)
 
 
 sigmoid = _ew.sigmoid

@@ -14,7 +14,8 @@ from ..tensor import Tensor
 from ..tracing import _traces
 from . import elementwise as _ew
 from . import shape as _shape
-from .core import Primitive, as_tensor, composite, emit, float_tensor, non_differentiable, normalize_axis
+from .core import (Primitive, as_tensor, composite, constant_value, emit, float_tensor, non_differentiable,
+                   normalize_axis)
 
 
 def _reduce_np(ufunc):
@@ -76,7 +77,7 @@ def reduction_axes(axis, ndim, what):
     elif isinstance(axis, tuple) and all(isinstance(a, (int, np.integer)) for a in axis):
         axes = axis        # the common case, without a round trip through numpy
     else:
-        axes = np.asarray(axis._value if isinstance(axis, Tensor) else axis).reshape(-1).tolist()
+        axes = constant_value(axis, "a reduction axis").reshape(-1).tolist()
     return tuple(sorted({normalize_axis(int(a), ndim, what) for a in axes}))
 
 

@@ -15,7 +15,7 @@ from jitape_kernels import opcodes as oc
 from ..tensor import Tensor
 from . import linalg as _linalg
 from . import reduction as _reduction
-from .core import Primitive, as_tensor, emit, emit_rows, float_tensor, normalize_axis
+from .core import Primitive, as_tensor, constant_value, emit, emit_rows, float_tensor, normalize_axis
 
 
 def _recordable(x, what):
@@ -36,7 +36,7 @@ _reshape = Primitive("reshape", oc.COPY, lambda x, new_shape: np.reshape(x, new_
 
 
 def _resolve_shape(shape, size, what):
-    shape = [int(d) for d in (np.asarray(shape._value if isinstance(shape, Tensor) else shape).reshape(-1))]
+    shape = [int(d) for d in (constant_value(shape, "the shape of jt.reshape").reshape(-1))]
     unknown = [i for i, d in enumerate(shape) if d == -1]
     if len(unknown) > 1 or any(d < -1 for d in shape):
         raise ValueError(f"{what}: invalid target shape {tuple(shape)}")
@@ -237,7 +237,7 @@ def slice(input_, begin, size, name=None):
 def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
     """Pad with `paddings[d] = (before, after)` per axis; modes CONSTANT, REFLECT and SYMMETRIC."""
     x = _recordable(tensor, "pad")
-    p = np.asarray(paddings._value if isinstance(paddings, Tensor) else paddings, np.int64)
+    p = constant_value(paddings, "the paddings of jt.pad").astype(np.int64)
     if p.shape != (x.ndim, 2) or (p < 0).any():
         raise ValueError(f"pad: paddings must be non-negative with shape {(x.ndim, 2)}, got {p.tolist()}")
     mode = mode.upper()
@@ -366,7 +366,7 @@ _gather = Primitive("gather", oc.GATHER, _gather_np, lambda shapes, p: _gather_s
 def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):
     """Slices of `params` along `axis` at integer `indices` (any shape), as tf.gather."""
     x = as_tensor(params)
-    idx = np.asarray(indices._value if isinstance(indices, Tensor) else indices)
+    idx = constant_value(indices, "the indices of jt.gather")
     if idx.dtype.kind not in "iu":
         raise TypeError(f"gather: indices must be integers, got dtype {idx.dtype}")
     axis = batch_dims if axis is None else axis
@@ -403,7 +403,7 @@ def _batched_gather(x, idx, axis, batch_dims):
 def getitem(x, key):
     """numpy indexing: ints, slices, Ellipsis, None, and one integer or boolean array index."""
     key = key if isinstance(key, tuple) else (key,)
-    key = tuple(k._value if isinstance(k, Tensor) else k for k in key)
+    key = tuple(constant_value(k, "a tensor index") if isinstance(k, Tensor) else k for k in key)
     probe = np.broadcast_to(np.empty((), np.bool_), x.shape)
     out_shape = probe[key].shape                          # numpy validates the key here
     n_consumed = sum(1 for k in key if k is not None and k is not Ellipsis and not _is_bool_array(k)) \

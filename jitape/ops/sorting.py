@@ -5,7 +5,7 @@ import collections
 import numpy as np
 
 from ..tensor import Tensor
-from .core import as_tensor, composite, non_differentiable, normalize_axis
+from .core import as_tensor, composite, non_differentiable, normalize_axis, reads_values
 from .indexing import take_along_axis
 
 TopKV2 = collections.namedtuple("TopKV2", ["values", "indices"])
@@ -47,6 +47,7 @@ def argmin(input, axis=None, output_type=np.int64, name=None):
     return _arg_extremum(np.argmin, input, axis, output_type, "argmin")
 
 
+@reads_values
 def _order(x, axis, direction, what):
     """Stable sorting positions of x along axis; descending keeps equal values in their original order."""
     if direction not in _DIRECTIONS:

@@ -7,8 +7,9 @@ import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
-from .elementwise import (binary_forward, binary_partials, binary_reverse, binary_reverse_1d, unary_derivative,
-                          unary_forward, unary_reverse, unary_reverse_1d, where_forward, where_linear)
+from .elementwise import (binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
+                          unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
+                          where_linear)
 from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward,
                      solve_reverse)
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
@@ -32,8 +33,16 @@ def forward_sweep(code, slots, iattr, fattr, arena):
         a = code[r, oc.ATTR]
         size = slots[code[r, oc.OUT], oc.SIZE]
         o = code[r, oc.OUT_OFF]
-        out = arena[o:o + size]
         i0 = code[r, oc.IN0_OFF]
+        if size == 1 and op <= oc.BINARY_LAST:
+            # scalar chains: no array views, the rule inlined
+            if op <= oc.UNARY_LAST:
+                p0, p1 = params(op, iattr, fattr, a)
+                arena[o] = unary_value(op, arena[i0], p0, p1)
+            else:
+                arena[o] = binary_value(op, arena[i0], arena[code[r, oc.IN1_OFF]])
+            continue
+        out = arena[o:o + size]
         n0 = slots[code[r, oc.IN0], oc.SIZE]
         x = arena[i0:i0 + n0]
         if op <= oc.UNARY_LAST:

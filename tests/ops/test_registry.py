@@ -810,7 +810,8 @@ def _check_forward_mode_and_hessian(name, args):
         y = _packed(case, args, where, shapes, z)
         s = jt.reduce_sum(y * ct)
     # every op's tangent kernel: forward-mode Jacobian == reverse-mode Jacobian
-    (forward,), (reverse,) = (source_jacobians(lowered(tape, [y], [z]), y.size, [z], mode) for mode in ("forward", "reverse"))
+    program = lowered(tape, [y], [z])
+    (forward,), (reverse,) = (source_jacobians(program, y.size, [z], mode) for mode in ("forward", "reverse"))
     np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-12, err_msg=f"{name}: forward vs reverse")
     compiled = tape.hessian(s, z)
     hv = tape.hessian_vector_product(s, z, v)
@@ -836,3 +837,70 @@ def _check_forward_mode_and_hessian(name, args):
     numeric = (gradient_at(h) - gradient_at(-h)) / (2 * h)
     np.testing.assert_allclose(hv.numpy(), numeric, rtol=1e-4, atol=1e-4,
                                err_msg=f"{name}: Hessian vs central differences of the gradient")
+
+
+def _moved(case, args, where, arrays, rng):
+    """Other values for the float inputs, of the same shapes and in the op's domain: the entries permuted
+    (branches and masks flip), else scaled by a few percent (matrices that must stay invertible)."""
+    expected = np.asarray(case.ref(*args))
+    for candidate in ([rng.permutation(a.reshape(-1)).reshape(a.shape) + 1e-3 * rng.normal(size=a.shape)
+                       for a in arrays],
+                      [a * rng.uniform(0.97, 1.03, a.shape) for a in arrays]):
+        try:
+            with np.errstate(all="ignore"):
+                moved = np.asarray(case.ref(*_substitute(args, where, candidate)))
+        except (np.linalg.LinAlgError, ValueError):
+            continue
+        if np.all(np.isfinite(moved) >= np.isfinite(expected)):
+            return candidate
+    return arrays
+
+
+def _check_replay(name, args, seed):
+    case = CASES[name]
+    where = _flatten_args(args)
+    arrays = [args[i] if j is None else args[i][j] for i, j in where]
+    if not arrays:
+        return
+    moved = _moved(case, args, where, arrays, np.random.default_rng(seed))
+    ct = np.random.default_rng(1).uniform(0.5, 1.5, np.shape(case.ref(*args)))
+    f = jt.function(lambda *ts: case.fn(*_substitute(args, where, list(ts))))
+    scalar = lambda *ts: jt.reduce_sum(case.fn(*_substitute(args, where, list(ts))) * ct)     # noqa: E731
+    value_and_grad = jt.value_and_grad(scalar, argnums=tuple(range(len(arrays))))
+    jacobian, hessian = jt.jacobian(f, argnums=0), jt.hessian(scalar, argnums=0)
+    for values in (arrays, moved, arrays):        # traced, replayed on new values, replayed on the first again
+        tensors = [jt.constant(a) for a in values]
+        with np.errstate(all="ignore"):
+            reference = np.asarray(case.ref(*_substitute(args, where, values)))
+        np.testing.assert_allclose(f(*tensors).numpy(), reference, rtol=max(case.rtol, 1e-9), atol=1e-12,
+                                   err_msg=f"{name}: replayed value")
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(tensors)
+            y = case.fn(*_substitute(args, where, tensors))
+            s = jt.reduce_sum(y * ct)
+        value, grads = value_and_grad(*tensors)
+        np.testing.assert_allclose(value.numpy(), s.numpy(), rtol=max(case.rtol, 1e-9), atol=1e-12,
+                                   err_msg=f"{name}: value")
+        for k, (g, e) in enumerate(zip(grads, tape.gradient(s, tensors, unconnected_gradients="zero"))):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-8, atol=1e-10,
+                                       err_msg=f"{name}: replayed gradient {k}")
+        expected_jacobian = tape.jacobian(y, tensors[0], unconnected_gradients="zero")
+        np.testing.assert_allclose(jacobian(*tensors).numpy(), expected_jacobian.numpy(), rtol=1e-8, atol=1e-10,
+                                   err_msg=f"{name}: replayed Jacobian")
+        expected_hessian = tape.hessian(s, tensors[0])
+        if expected_hessian is not None:
+            np.testing.assert_allclose(hessian(*tensors).numpy(), expected_hessian.numpy(), rtol=1e-7, atol=1e-9,
+                                       err_msg=f"{name}: replayed Hessian")
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_op_replays(name):
+    """A jt.function of the op traced on one example equals eager on other values of the same shapes: its
+    value (numpy), and the gradient, Jacobian and Hessian of its replay (the tape's)."""
+    @settings(max_examples=3, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    @given(CASES[name].inputs, st.integers(0, 2 ** 16))
+    def run(args, seed):
+        _check_replay(name, args, seed)
+
+    run()
