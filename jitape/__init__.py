@@ -26,6 +26,7 @@ from .ops import (acos, acosh, argmax, argmin, argsort, asin, asinh, atan, atan2
                   top_k)
 from .dtypes import bool, float32, float64, int32, int64
 from .replay import Function, function
+from .saving import ProgramFileError, load, save
 from .functional import grad, hessian, hessian_vector_product, jacobian, value_and_grad
 from .module import Module
 from .program import Program
