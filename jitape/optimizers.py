@@ -1,5 +1,11 @@
 """Keras 3 optimizers (SGD, Adam): per-variable slots and fused update steps in
-each variable's dtype, applied with `Variable.assign`."""
+each variable's dtype, applied with `Variable.assign`.
+
+The optimizer's state (slots and the step count) lives in Variables, so inside
+a jt.function the update is recorded with jitape ops (the same operations in
+the same order as the fused kernels) and a replayed training step updates the
+variables and the state in compiled code.
+"""
 
 import numbers
 import warnings
@@ -9,7 +15,7 @@ import numpy as np
 from jitape_kernels.cpu.optimizers import adam_step, sgd_momentum_step
 
 from .tensor import Tensor, Variable
-from .tracing import _traces, opaque
+from .tracing import _traces
 
 
 class Optimizer:
@@ -27,8 +33,13 @@ class Optimizer:
         if not callable(learning_rate):
             _check_number("learning_rate", learning_rate)
         self.learning_rate = learning_rate
-        self.iterations = 0
+        self._step = Variable(np.float64(0), trainable=False, name="iterations")
         self._slots = {}
+
+    @property
+    def iterations(self):
+        """The number of updates applied so far."""
+        return int(self._step._value)
 
     def apply_gradients(self, grads_and_vars):
         """Update each variable from its gradient; returns `iterations`.
@@ -39,26 +50,41 @@ class Optimizer:
         Every pair is checked before any variable changes, so a bad pair
         leaves all variables and slots as they were.
         """
-        if _traces.active:       # jt.function: the update and the optimizer's own state are not recorded yet
-            opaque(f"{type(self).__name__}.apply_gradients")
         pairs, missing = _validate(grads_and_vars)
         if missing:
             warnings.warn(
                 f"Gradients do not exist for variables {missing} when "
                 "minimizing the loss; they were left unchanged.", stacklevel=2)
+        if _traces.active:
+            return self._apply_traced(pairs)
         lr = self.learning_rate
         if callable(lr):
             lr = lr(self.iterations)
-        for grad, var in pairs:
+        for _, grad, var in pairs:
             # A fresh output array: the old value may still be referenced by
             # tapes, so it is never written in place.
             out = np.empty(var.shape, var.dtype)
             value = np.ascontiguousarray(var._value).reshape(-1)
-            self._update(value, grad, var.dtype.type(lr), self._slots_for(var),
+            self._update(value, grad, var.dtype.type(lr), [s._value for s in self._slots_for(var)],
                          out.reshape(-1))
             var._adopt(out)
-        self.iterations += 1
+        self._step._value = self._step._value + 1
         return self.iterations
+
+    def _apply_traced(self, pairs):
+        """The update in a jt.function trace: recorded ops on the variables and the optimizer's state
+        variables, in the fused kernels' order of operations."""
+        from . import ops
+        lr = self.learning_rate(self._step) if callable(self.learning_rate) else self.learning_rate
+        step = ops.add(self._step, 1.0)
+        for grad, _, var in pairs:
+            g = ops.reshape(ops.cast(grad, var.dtype), (-1,))
+            lr_t = ops.cast(lr, var.dtype) if isinstance(lr, Tensor) else var.dtype.type(lr)
+            new = self._update_traced(ops.reshape(var, (-1,)), g, lr_t, self._slots_for(var),
+                                      ops.cast(step, var.dtype))
+            var.assign(ops.reshape(new, var.shape))
+        self._step.assign(step)
+        return step
 
     def _slots_for(self, var):
         entry = self._slots.get(id(var))
@@ -66,8 +92,9 @@ class Optimizer:
             # The entry keeps `var` alive, so its id cannot be reused by
             # another variable while the optimizer holds slots for it.
             size = int(np.prod(var.shape))
-            arrays = [np.zeros(size, var.dtype) for _ in range(self._slot_count)]
-            entry = self._slots[id(var)] = (var, arrays)
+            state = [Variable(np.zeros(size, var.dtype), trainable=False, name=f"{var.name}/slot{i}")
+                     for i in range(self._slot_count)]
+            entry = self._slots[id(var)] = (var, state)
         return entry[1]
 
 
@@ -102,6 +129,14 @@ class SGD(Optimizer):
                                self.nesterov, out)
         else:
             np.subtract(value, grad * lr, out=out)
+
+    def _update_traced(self, value, grad, lr, slots, step):
+        scaled = grad * lr
+        if not self.momentum:
+            return value - scaled
+        (m,) = slots
+        m.assign(m * self.momentum - scaled)
+        return value + (m * self.momentum - scaled) if self.nesterov else value + m
 
 
 class Adam(Optimizer):
@@ -140,6 +175,19 @@ class Adam(Optimizer):
         adam_step(value, grad, slots[0], slots[1], v_hat, d(1.0 - self.beta_1),
                    d(1.0 - self.beta_2), alpha, d(self.epsilon), out)
 
+    def _update_traced(self, value, grad, lr, slots, step):
+        from . import ops
+        d = value.dtype.type
+        alpha = lr * ops.sqrt(1.0 - ops.pow(d(self.beta_2), step)) / (1.0 - ops.pow(d(self.beta_1), step))
+        m, v = slots[0], slots[1]
+        m.assign(m + (grad - m) * (1.0 - self.beta_1))
+        second = v + (grad * grad - v) * (1.0 - self.beta_2)
+        v.assign(second)
+        if self.amsgrad:
+            slots[2].assign(ops.maximum(slots[2], second))
+            second = slots[2]
+        return value - m * alpha / (ops.sqrt(second) + d(self.epsilon))
+
 
 def _check_number(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -147,7 +195,7 @@ def _check_number(name, value):
 
 
 def _validate(grads_and_vars):
-    """Return ([(flat contiguous grad in the variable's dtype, var), ...],
+    """Return ([(grad as given, flat contiguous grad in the variable's dtype, var), ...],
     names of variables whose gradient is None), raising on any bad pair."""
     pairs, missing = [], []
     for index, pair in enumerate(grads_and_vars):
@@ -165,7 +213,7 @@ def _validate(grads_and_vars):
         if grad is None:
             missing.append(var.name)
             continue
-        array = np.asarray(grad._value if isinstance(grad, Tensor) else grad)
+        array = np.asarray(grad._value if isinstance(grad, Tensor) else grad)   # shape and dtype checks only
         if array.dtype.kind not in "fiub":
             raise TypeError(
                 f"Gradient for variable '{var.name}' has dtype {array.dtype}; "
@@ -176,7 +224,7 @@ def _validate(grads_and_vars):
                 f"but the variable has shape {tuple(var.shape)}; pair each gradient "
                 "with its own variable, e.g. zip(tape.gradient(loss, vars), vars)")
         flat = np.ascontiguousarray(array, dtype=var.dtype).reshape(-1)
-        pairs.append((flat, var))
+        pairs.append((grad, flat, var))
     if not pairs:
         raise ValueError(
             "No gradients provided for any variable"
