@@ -1,14 +1,13 @@
-"""Runs Programs on the CPU backend: seeding the adjoint and tangent buffers, the reverse, tangent and
-second-order sweeps, chunking K columns to the memory budget, unpacking source results."""
+"""The executor: runs Programs on the current backend (jitape.backend): seeding the adjoint and tangent
+buffers, the reverse, tangent and second-order sweeps, chunking K columns to the memory budget, unpacking
+source results."""
 import threading
 
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu import (first_row_mixing, per_example_plan, per_example_sweep, reverse_sweep,
-                                second_order_sweep, tangent_sweep)
 
-from . import config
+from . import backend, config
 from .program import lower
 from .tensor import Tensor
 
@@ -48,7 +47,7 @@ def _zeroed_adjoint(program, K):
 
 
 def _sweep(program, adjoint):
-    reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint)
+    backend.current().reverse(program, adjoint)
     return adjoint
 
 
@@ -117,8 +116,7 @@ def _seeded_slots(program):
 
 
 def _tangent_sweep(program, tangent, seed_row=-1, seed_start=0, target=-1):
-    tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
-                  _seeded_slots(program), seed_row, seed_start, target)
+    backend.current().tangent(program, tangent, _seeded_slots(program), seed_row, seed_start, target)
     return tangent
 
 
@@ -251,8 +249,7 @@ def source_hessian(program, source, directions=None):
         _tangent_sweep(program, tangent, rows[0] if directions is None and len(rows) == 1 else -1, start)
         adjoint_tangent = _workspace.take("adjoint_tangent", program.adjoint_size * k, program.dtype)
         adjoint_tangent = adjoint_tangent.reshape(program.adjoint_size, k)
-        written = second_order_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena,
-                                     adjoint, tangent, adjoint_tangent, _seeded_slots(program))
+        written = backend.current().second_order(program, adjoint, tangent, adjoint_tangent, _seeded_slots(program))
         for s in slots:
             if not written[s]:
                 adjoint_tangent[program.adjoint_rows[s]:program.adjoint_rows[s] + n] = 0
@@ -263,8 +260,7 @@ def source_hessian(program, source, directions=None):
 
 def check_rows(program, batch, method):
     """Raise ValueError naming the first instruction that makes a batch row depend on another row."""
-    bad = first_row_mixing(program.code, program.slots, program.iattr, batch, _seeded_slots(program),
-                           program.targets[0])
+    bad = backend.current().row_mixing(program, batch, _seeded_slots(program))
     if bad >= 0:
         name = oc.NAMES[program.code[bad, oc.OP]]
         raise ValueError(f"{method}: instruction {bad} of the program mixes rows of the batch (op {name}):\n"
@@ -305,7 +301,7 @@ def per_example_program(tape, target, sources):
     is not supported, or if the target depends on no batch rows. None when the target is not recorded."""
     program = lower(tape, [target], sources, _arena)
     batch = target.shape[0]
-    plan = per_example_plan(program.code, program.slots, program.iattr, program.adjoint_rows, batch)
+    plan = backend.current().per_example_plan(program, batch)
     bad, layouts = plan[0], plan[-1]
     if bad >= 0:
         name = oc.NAMES[program.code[bad, oc.OP]]
@@ -335,8 +331,7 @@ def source_per_example_gradients(tape, target, sources):
     param_adjoint = np.zeros((n_param, target.shape[0]), program.dtype)
     t = program.targets[0]
     row_adjoint[local[t]:local[t] + target.size] = 1     # each example's loss, summed over its other axes
-    per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr, program.arena,
-                      row_adjoint, param_adjoint)
+    backend.current().per_example(program, code, modes, layouts, row_adjoint, param_adjoint)
     grads = []
     for s, slot, aliases in zip(sources, program.sources, program.source_aliases):
         parts = [param_adjoint[local[k]:local[k] + s.size] for k in (slot, *aliases.tolist())

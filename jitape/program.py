@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu import plan
+from jitape_kernels.planning import plan
 
 
 @dataclass(eq=False)

@@ -20,9 +20,9 @@ import warnings
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu import derivative_plan, forward_sweep, plan
+from jitape_kernels.planning import derivative_plan, plan
 
-from . import config, nest
+from . import backend, config, nest
 from .program import Program, fill_arena
 from .tape import GradientTape, _state
 from .tensor import Tensor, Variable
@@ -177,7 +177,7 @@ class Concrete:
             arena[self._span(slot)] = np.ravel(leaf._value if isinstance(leaf, Tensor) else leaf)
         for variable, slot in self.variable_inputs:
             arena[self._span(slot)] = np.ravel(variable._value)
-        forward_sweep(self.code, self.slots, self.iattr, self.fattr, arena)
+        backend.current().forward(self.code, self.slots, self.iattr, self.fattr, arena)
         for slot, expected, _ in self.slot_guards:
             got = arena[self._span(slot)]
             if not np.array_equal(got, np.ravel(expected).astype(arena.dtype), equal_nan=True):

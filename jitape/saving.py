@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu import derivative_plan
+from jitape_kernels.planning import derivative_plan
 
 from . import nest
 from .program import Program

@@ -1,10 +1,12 @@
-"""CPU backend: numba-compiled kernels per op family and the interpreters that run a Program over them."""
+"""CPU backend: numba-compiled kernels per op family and the interpreters that run a Program over them
+(planning, shared by every backend, is jitape_kernels.planning; re-exported here for the warmup)."""
 import numpy as np
 
 from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep
 from .tangents import second_order_sweep, tangent_sweep
-from .interpreter import derivative_plan, forward_sweep, plan, reverse_sweep
+from ..planning import derivative_plan, plan
+from .interpreter import forward_sweep, reverse_sweep
 from .optimizers import adam_step, sgd_momentum_step
 
 __all__ = ["derivative_plan", "first_row_mixing", "forward_sweep", "per_example_plan", "per_example_sweep", "plan",

@@ -1,0 +1,93 @@
+"""The backend interface: the compiled entry points the executor (execute.py) and replays (replay.py) call.
+
+Planning is backend-neutral host code (jitape_kernels.planning); a backend runs
+planned Programs. `cpu` runs them with the numba kernels of jitape_kernels.cpu;
+a `cuda` backend implements the same methods over device arrays.
+jt.config.backend names the one in use.
+"""
+import abc
+
+from . import config
+
+
+class Backend(abc.ABC):
+    """What a device must provide to run Programs: each method takes the Program's arrays and buffers planned
+    by the executor and fills them in place."""
+    name = None
+
+    @abc.abstractmethod
+    def forward(self, code, slots, iattr, fattr, arena):
+        """Recompute every instruction's output in the arena, in program order (replays)."""
+
+    @abc.abstractmethod
+    def reverse(self, program, adjoint):
+        """One reverse sweep with K = adjoint.shape[1] cotangent columns."""
+
+    @abc.abstractmethod
+    def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
+        """One tangent sweep with K columns (see jitape_kernels.cpu.tangents.tangent_sweep)."""
+
+    @abc.abstractmethod
+    def second_order(self, program, adjoint, tangent, adjoint_tangent, seeded):
+        """The second-order sweep of forward-over-reverse Hessians; per slot, whether it was written."""
+
+    @abc.abstractmethod
+    def row_mixing(self, program, batch, seeded):
+        """The first instruction that makes a batch row depend on another row, or -1."""
+
+    @abc.abstractmethod
+    def per_example_plan(self, program, batch):
+        """The per-example gradient plan (see jitape_kernels.cpu.batch.per_example_plan)."""
+
+    @abc.abstractmethod
+    def per_example(self, program, code, modes, layouts, row_adjoint, param_adjoint):
+        """The per-example gradient sweep over the planned code."""
+
+
+class CPU(Backend):
+    name = "cpu"
+
+    def __init__(self):
+        from jitape_kernels import cpu
+        self._kernels = cpu
+
+    def forward(self, code, slots, iattr, fattr, arena):
+        self._kernels.forward_sweep(code, slots, iattr, fattr, arena)
+
+    def reverse(self, program, adjoint):
+        self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint)
+
+    def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
+        self._kernels.tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
+                                    seeded, seed_row, seed_start, target)
+
+    def second_order(self, program, adjoint, tangent, adjoint_tangent, seeded):
+        return self._kernels.second_order_sweep(program.code, program.slots, program.iattr, program.fattr,
+                                                program.arena, adjoint, tangent, adjoint_tangent, seeded)
+
+    def row_mixing(self, program, batch, seeded):
+        return self._kernels.first_row_mixing(program.code, program.slots, program.iattr, batch, seeded,
+                                              program.targets[0])
+
+    def per_example_plan(self, program, batch):
+        return self._kernels.per_example_plan(program.code, program.slots, program.iattr, program.adjoint_rows,
+                                              batch)
+
+    def per_example(self, program, code, modes, layouts, row_adjoint, param_adjoint):
+        self._kernels.per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr,
+                                        program.arena, row_adjoint, param_adjoint)
+
+
+_BACKENDS = {"cpu": CPU}
+_instances = {}
+
+
+def current():
+    """The backend jt.config.backend names (an instance is made on first use)."""
+    name = config.backend
+    backend = _instances.get(name)
+    if backend is None:
+        if name not in _BACKENDS:
+            raise ValueError(f"jt.config.backend: unknown backend {name!r}; available: {sorted(_BACKENDS)}")
+        backend = _instances[name] = _BACKENDS[name]()
+    return backend

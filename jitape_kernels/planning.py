@@ -1,0 +1,151 @@
+"""Planning: which rows of a recording a derivative runs, where each slot lives in the arena, which slots get
+adjoint rows. Host code shared by every backend (the kernels of a backend only run what is planned here).
+"""
+import numpy as np
+from numba import njit
+
+from . import opcodes as oc
+
+
+@njit(cache=True, error_model="numpy")
+def reachability(rows, n_slots, targets, sources, values):
+    """(need, active) per slot: `need` when a target depends on it, `active` when its value depends on a
+    source (`values` True) or its derivative does (False: compare rows pass no activity on, their outputs are
+    piecewise constant). rows: [n, >= 5] with out, in0..in2 in columns 1..4, as recorded and as in code."""
+    n = rows.shape[0]
+    need = np.zeros(n_slots, np.bool_)
+    for t in targets:
+        if t >= 0:
+            need[t] = True
+    for r in range(n - 1, -1, -1):
+        if need[rows[r, 1]] and (values or not oc.COMPARE_FIRST <= rows[r, 0] <= oc.BINARY_LAST):
+            for c in range(2, 5):
+                if rows[r, c] >= 0:
+                    need[rows[r, c]] = True
+    active = np.zeros(n_slots, np.bool_)
+    for s in sources:
+        if s >= 0:
+            active[s] = True
+    for r in range(n):
+        if not values and oc.COMPARE_FIRST <= rows[r, 0] <= oc.BINARY_LAST:
+            continue
+        for c in range(2, 5):
+            s = rows[r, c]
+            if s >= 0 and active[s]:
+                active[rows[r, 1]] = True
+    return need, active
+
+
+@njit(cache=True, error_model="numpy")
+def derivative_plan(code, slots, targets, sources):
+    """The rows of a Program with a fixed arena layout (a replayed function) that a derivative of the targets
+    w.r.t. the sources runs, with their adjoint rows filled in: (code [m, W], adjoint_rows [n_slots],
+    adjoint_size). Rows kept are those on a path from a source to a target."""
+    n_slots = slots.shape[0]
+    need, active = reachability(code, n_slots, targets, sources, False)
+    adjoint_rows = np.full(n_slots, -1, np.int64)
+    adjoint_size = 0
+    for s in range(n_slots):
+        if need[s] and active[s]:
+            adjoint_rows[s] = adjoint_size
+            adjoint_size += slots[s, oc.SIZE]
+    m = 0
+    for r in range(code.shape[0]):
+        if adjoint_rows[code[r, oc.OUT]] >= 0:
+            m += 1
+    kept = np.empty((m, oc.W), np.int64)
+    k = 0
+    for r in range(code.shape[0]):
+        if adjoint_rows[code[r, oc.OUT]] >= 0:
+            kept[k] = code[r]
+            for c in range(4):
+                s = code[r, oc.OUT + c]
+                kept[k, oc.OUT_ADJ + c] = adjoint_rows[s] if s >= 0 else -1
+            k += 1
+    return kept, adjoint_rows, adjoint_size
+
+
+@njit(cache=True, error_model="numpy")
+def plan(records, slot_rows, targets, sources, values):
+    """Lower recorded rows to a Program: prune, activity analysis, arena and adjoint offsets.
+
+    records   [n, 6] (op, out, in0, in1, in2, attr) as recorded by a tape
+    slot_rows [n_slots, 3 + MAXRANK] (size, rank, is_float64, dims...) as recorded
+    targets, sources: slots (-1 entries, for tensors the tape did not record, are skipped)
+    values: keep the rows the targets' values need (a replayed function), not only their derivatives' rows
+    Returns (code [m, W], slots [n_slots, S], adjoint_rows [n_slots], scalar_slots,
+    array_slots, arena_size, adjoint_size, is_float64). Rows kept are those on a path
+    from a source to a target; a slot gets an adjoint row only when it is such a path's.
+    """
+    n = records.shape[0]
+    n_slots = slot_rows.shape[0]
+    need, active = reachability(records, n_slots, targets, sources, values)
+    keep = np.zeros(n, np.bool_)
+    used = np.zeros(n_slots, np.bool_)
+    m = 0
+    for r in range(n):
+        out = records[r, 1]
+        if need[out] and active[out]:
+            keep[r] = True
+            m += 1
+            for c in range(1, 5):
+                if records[r, c] >= 0:
+                    used[records[r, c]] = True
+    for t in targets:
+        if t >= 0:
+            used[t] = True
+    for s in sources:
+        if s >= 0:
+            used[s] = True
+    slots = np.zeros((n_slots, oc.S), np.int64)
+    slots[:, oc.OFFSET] = -1
+    adjoint_rows = np.full(n_slots, -1, np.int64)
+    n_scalar = 0
+    n_array = 0
+    is_float64 = False
+    for s in range(n_slots):
+        slots[s, oc.SIZE] = slot_rows[s, 0]
+        slots[s, oc.RANK] = slot_rows[s, 1]
+        slots[s, oc.DIMS:] = slot_rows[s, 3:]
+        if used[s]:
+            is_float64 = is_float64 or slot_rows[s, 2] == 1
+            if slot_rows[s, 1] == 0:
+                n_scalar += 1
+            else:
+                n_array += 1
+    scalar_slots = np.empty(n_scalar, np.int64)
+    array_slots = np.empty(n_array, np.int64)
+    # scalars first: they are packed with one np.fromiter, arrays with one np.concatenate
+    offset = 0
+    k = 0
+    for s in range(n_slots):
+        if used[s] and slot_rows[s, 1] == 0:
+            slots[s, oc.OFFSET] = offset
+            offset += 1
+            scalar_slots[k] = s
+            k += 1
+    k = 0
+    for s in range(n_slots):
+        if used[s] and slot_rows[s, 1] != 0:
+            slots[s, oc.OFFSET] = offset
+            offset += slot_rows[s, 0]
+            array_slots[k] = s
+            k += 1
+    adjoint_size = 0
+    for s in range(n_slots):
+        if used[s] and need[s] and active[s]:
+            adjoint_rows[s] = adjoint_size
+            adjoint_size += slot_rows[s, 0]
+    code = np.full((m, oc.W), -1, np.int64)
+    k = 0
+    for r in range(n):
+        if keep[r]:
+            for c in range(6):
+                code[k, c] = records[r, c]
+            for c in range(4):
+                s = records[r, 1 + c]
+                if s >= 0:
+                    code[k, oc.OUT_OFF + c] = slots[s, oc.OFFSET]
+                    code[k, oc.OUT_ADJ + c] = adjoint_rows[s]
+            k += 1
+    return code, slots, adjoint_rows, scalar_slots, array_slots, offset, adjoint_size, is_float64

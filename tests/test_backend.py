@@ -1,0 +1,21 @@
+"""The backend interface: jt.config.backend selects the object the executor and replays run Programs on."""
+import pytest
+
+import jitape as jt
+from jitape import backend
+
+
+def test_the_cpu_backend_implements_the_whole_interface():
+    cpu = backend.current()
+    assert isinstance(cpu, backend.Backend) and cpu.name == "cpu"
+    assert not backend.CPU.__abstractmethods__
+
+
+def test_an_unknown_backend_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(jt.config, "backend", "tpu")
+    x = jt.constant([1.0, 2.0])
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = jt.reduce_sum(x * x)
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        tape.gradient(y, x)
