@@ -8,8 +8,11 @@ that tape tracks something the JVP reads.
 """
 import numpy as np
 
-from . import nest
-from .tape import GradientTape, _unconnected_mode, UnconnectedGradients, recording_tapes
+from . import nest, recorded
+from .execute import source_jvps
+from .ops import multiply, reduce_sum
+from .recording import recording_tapes
+from .tape import GradientTape, _unconnected_mode, UnconnectedGradients
 from .tensor import Tensor
 
 __all__ = ["ForwardAccumulator"]
@@ -102,7 +105,6 @@ class ForwardAccumulator:
         if floats and self._tape._must_record(tapes=enclosing):
             found = self._jvp_recorded(floats)
         elif floats:
-            from .execute import source_jvps
             found = [None if v is None else Tensor(v[()])
                      for v in source_jvps(self._tape, floats, self._primals, self._tangents)]
         else:
@@ -119,12 +121,11 @@ class ForwardAccumulator:
     def _jvp_recorded(self, targets):
         """J v = d/du <J^T u, v>: the recorded VJPs (linear in the cotangents u) differentiated in u,
         all recorded on the enclosing tapes, so the JVP is itself differentiable."""
-        from .ops import multiply, reduce_sum
         with self._paused():
             cotangents = [Tensor(np.zeros_like(t._value)[()]) for t in targets]
             with GradientTape() as transpose:
                 transpose.watch(cotangents)
-                grads = self._tape._gradient_recorded(targets, cotangents, self._primals)
+                grads = recorded.gradient(self._tape, targets, cotangents, self._primals)
                 terms = [reduce_sum(multiply(g, Tensor(v.reshape(p.shape)[()])))
                          for g, v, p in zip(grads, self._tangents, self._primals) if g is not None]
                 total = sum(terms[1:], terms[0]) if terms else None

@@ -46,6 +46,23 @@ class Backend(abc.ABC):
 
 class CPU(Backend):
     name = "cpu"
+    # the jitape_kernels.cpu kernels each opcode family runs: forward, reverse, tangent, second order
+    kernels = {
+        "unary": ("elementwise.unary_forward", "elementwise.unary_reverse", "elementwise.unary_reverse",
+                  "elementwise.unary_second"),
+        "binary": ("elementwise.binary_forward", "elementwise.binary_reverse", "elementwise.binary_tangent",
+                   "elementwise.binary_second"),
+        "compare": ("elementwise.binary_forward", None, None, None),
+        "where": ("elementwise.where_forward", "elementwise.where_linear", "elementwise.where_linear", None),
+        "reduce": ("reduction.reduce_forward", "reduction.reduce_linear", "reduction.reduce_linear",
+                   "reduction.prod_second"),
+        "cumsum": ("reduction.cumsum_forward", "reduction.cumsum_linear", "reduction.cumsum_linear", None),
+        "mapped": ("shape.mapped_forward", "shape.mapped_linear", "shape.mapped_linear", None),
+        "moved": ("shape.moved_forward", "shape.moved_linear", "shape.moved_linear", None),
+        "matmul": ("linalg.matmul_forward", "linalg.matmul_reverse", "linalg.matmul_tangent", "linalg.matmul_second"),
+        "solve": ("linalg.solve_forward", "linalg.solve_reverse", "linalg.solve_tangent", "linalg.solve_second"),
+        "inv": ("linalg.inv_forward", "linalg.inv_reverse", "linalg.inv_tangent", "linalg.inv_second"),
+    }
 
     def __init__(self):
         from jitape_kernels import cpu
@@ -82,12 +99,12 @@ _BACKENDS = {"cpu": CPU}
 _instances = {}
 
 
-def current():
-    """The backend jt.config.backend names (an instance is made on first use)."""
-    name = config.backend
+def current(name=None):
+    """The backend `name` names, by default jt.config.backend's (an instance is made on first use)."""
+    name = config.backend if name is None else name
     backend = _instances.get(name)
     if backend is None:
         if name not in _BACKENDS:
-            raise ValueError(f"jt.config.backend: unknown backend {name!r}; available: {sorted(_BACKENDS)}")
+            raise ValueError(f"backend: unknown backend {name!r}; available: {sorted(_BACKENDS)}")
         backend = _instances[name] = _BACKENDS[name]()
     return backend

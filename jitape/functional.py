@@ -13,7 +13,8 @@ import numpy as np
 from . import nest
 from .execute import source_gradients, source_hessian, source_jacobians
 from .replay import Function
-from .tape import GradientTape, _state
+from .recording import _state
+from .tape import GradientTape
 from .tensor import Tensor, floatx
 from .tracing import _traces
 

@@ -33,13 +33,20 @@ class Optimizer:
         if not callable(learning_rate):
             _check_number("learning_rate", learning_rate)
         self.learning_rate = learning_rate
-        self._step = Variable(np.float64(0), trainable=False, name="iterations")
+        self._step = None       # the update count, a Variable in the first updated variable's dtype
         self._slots = {}
 
     @property
     def iterations(self):
-        """The number of updates applied so far."""
-        return int(self._step._value)
+        """The number of updates applied so far (counted in the variables' float dtype, as Keras's
+        bias correction sees it: exact to 2**24 updates in float32)."""
+        return 0 if self._step is None else int(self._step._value)
+
+    def _step_variable(self, dtype):
+        if self._step is None:
+            # the variables' dtype: a float64 count would make a float32 training step's Program float64
+            self._step = Variable(np.zeros((), dtype), trainable=False, name="iterations")
+        return self._step
 
     def apply_gradients(self, grads_and_vars):
         """Update each variable from its gradient; returns `iterations`.
@@ -55,8 +62,9 @@ class Optimizer:
             warnings.warn(
                 f"Gradients do not exist for variables {missing} when "
                 "minimizing the loss; they were left unchanged.", stacklevel=2)
+        step = self._step_variable(pairs[0][2].dtype)
         if _traces.active:
-            return self._apply_traced(pairs)
+            return self._apply_traced(pairs, step)
         lr = self.learning_rate
         if callable(lr):
             lr = lr(self.iterations)
@@ -68,22 +76,22 @@ class Optimizer:
             self._update(value, grad, var.dtype.type(lr), [s._value for s in self._slots_for(var)],
                          out.reshape(-1))
             var._adopt(out)
-        self._step._value = self._step._value + 1
+        step._value = step._value + 1
         return self.iterations
 
-    def _apply_traced(self, pairs):
+    def _apply_traced(self, pairs, count):
         """The update in a jt.function trace: recorded ops on the variables and the optimizer's state
         variables, in the fused kernels' order of operations."""
         from . import ops
-        lr = self.learning_rate(self._step) if callable(self.learning_rate) else self.learning_rate
-        step = ops.add(self._step, 1.0)
+        lr = self.learning_rate(count) if callable(self.learning_rate) else self.learning_rate
+        step = ops.add(count, 1.0)
         for grad, _, var in pairs:
             g = ops.reshape(ops.cast(grad, var.dtype), (-1,))
             lr_t = ops.cast(lr, var.dtype) if isinstance(lr, Tensor) else var.dtype.type(lr)
             new = self._update_traced(ops.reshape(var, (-1,)), g, lr_t, self._slots_for(var),
                                       ops.cast(step, var.dtype))
             var.assign(ops.reshape(new, var.shape))
-        self._step.assign(step)
+        count.assign(step)
         return step
 
     def _slots_for(self, var):

@@ -24,7 +24,8 @@ from jitape_kernels.planning import derivative_plan, plan
 
 from . import backend, config, nest
 from .program import Program, fill_arena
-from .tape import GradientTape, _state
+from .recording import _state
+from .tape import GradientTape
 from .tensor import Tensor, Variable
 from .tracing import _traces
 
@@ -168,7 +169,7 @@ class Concrete:
         """The guard on variables no instruction reads (integer counters): the values traced with."""
         return all(np.array_equal(v._value, expected) for v, expected, _ in self.variable_guards)
 
-    def run(self, leaves):
+    def run(self, leaves, backend_name=None):
         """Replay on the flat argument leaves: fill the inputs, one forward sweep. False when a guard differs
         (nothing written then), else True with the arena holding every value of the call."""
         arena = self.arena
@@ -177,7 +178,7 @@ class Concrete:
             arena[self._span(slot)] = np.ravel(leaf._value if isinstance(leaf, Tensor) else leaf)
         for variable, slot in self.variable_inputs:
             arena[self._span(slot)] = np.ravel(variable._value)
-        backend.current().forward(self.code, self.slots, self.iattr, self.fattr, arena)
+        backend.current(backend_name).forward(self.code, self.slots, self.iattr, self.fattr, arena)
         for slot, expected, _ in self.slot_guards:
             got = arena[self._span(slot)]
             if not np.array_equal(got, np.ravel(expected).astype(arena.dtype), equal_nan=True):
@@ -224,10 +225,11 @@ class Concrete:
 class Function:
     """A Python function traced per input signature and replayed in compiled code (see jt.function)."""
 
-    def __init__(self, python_function, retrace_warning=None):
+    def __init__(self, python_function, retrace_warning=None, backend=None):
         functools.update_wrapper(self, python_function)
         self.python_function = python_function
         self.retrace_warning = retrace_warning
+        self.backend = backend
         self.trace_count = 0
         self._variants = {}         # signature -> [Concrete, ...], the last one to succeed first
         self._last_key = None
@@ -239,7 +241,7 @@ class Function:
             return self
         bound = instance.__dict__.get(f"_jt_function_{id(self)}")
         if bound is None:
-            bound = Function(self.python_function.__get__(instance, owner), self.retrace_warning)
+            bound = Function(self.python_function.__get__(instance, owner), self.retrace_warning, self.backend)
             instance.__dict__[f"_jt_function_{id(self)}"] = bound
         return bound
 
@@ -267,7 +269,7 @@ class Function:
             return None, leaves, (self.python_function(*args, **kwargs),)
         if variants is not None:
             for i, concrete in enumerate(variants):
-                if concrete.variables_hold() and concrete.run(leaves):
+                if concrete.variables_hold() and concrete.run(leaves, self.backend):
                     if i:
                         variants.insert(0, variants.pop(i))
                     return concrete, leaves, None
@@ -336,14 +338,15 @@ def _describe(leaf_key):
     return kind
 
 
-def function(func=None, *, retrace_warning=None):
+def function(func=None, *, retrace_warning=None, backend=None):
     """Trace `func` into a Program per input signature and replay it in compiled code afterwards.
 
     The signature is the nest structure of the arguments, the shapes and dtypes of float tensors and
     arrays (their values are inputs), and the values of everything else. Variables read inside are inputs;
     variables assigned inside are written by every call. Python control flow on tensor values is guarded:
     a call whose guards differ from a traced variant's traces again. A warning names the cause when a
-    function traces more than `retrace_warning` (default jt.config.retrace_warning) times.
+    function traces more than `retrace_warning` (default jt.config.retrace_warning) times. `backend` names
+    the backend its replays run on (default jt.config.backend's).
 
     >>> import jitape as jt
     >>> @jt.function
@@ -355,6 +358,6 @@ def function(func=None, *, retrace_warning=None):
     1
     """
     if func is None:
-        return lambda f: Function(f, retrace_warning)
-    return Function(func, retrace_warning)
+        return lambda f: Function(f, retrace_warning, backend)
+    return Function(func, retrace_warning, backend)
 

@@ -352,6 +352,7 @@ class LoadedFunction(Function):
         self.variables = tuple(variables)
         self.python_function = self._no_python
         self.retrace_warning = None
+        self.backend = None
         self.trace_count = 0
         self._variants = {}
         self._last_key = None
@@ -369,7 +370,7 @@ class LoadedFunction(Function):
             raise ValueError(f"the loaded function {self.__name__!r} has no saved trace for arguments "
                              f"{key[:300]}; saved: {[k[:300] for k in self._variants]}")
         for concrete in variants:
-            if concrete.opaque is None and concrete.variables_hold() and concrete.run(leaves):
+            if concrete.opaque is None and concrete.variables_hold() and concrete.run(leaves, self.backend):
                 return concrete, leaves, None
         raise ValueError(f"the loaded function {self.__name__!r}: no saved trace's guards hold for this call "
                          f"(first guard that differs: {variants[0].failed_guard()})")

@@ -1,13 +1,14 @@
 """Runs the selected perf/ workloads in one process and prints their tables
 (markdown, ready for perf/README.md).
 
-Usage: python perf/run.py [W1 W2 W3 W4 W5 W6a startup enclosing] [--profile]
+Usage: python perf/run.py [W1 W2 W3 W4 W5 W6a W6b startup enclosing replay] [--profile]
 (no names: all of them; --profile adds cProfile listings of the jitape rows)
 """
 import harness  # first: single-thread setup before numpy and the peers load
 import sys
 
 import enclosing_tape
+import replay
 import startup
 import w1_scalar_chain
 import w2_mlp
@@ -15,6 +16,7 @@ import w3_jacobians
 import w4_hessians
 import w5_batch_jacobians
 import w6a_linreg
+import w6b_mlp_adam
 
 WORKLOADS = {
     "W1": w1_scalar_chain.tables,
@@ -23,8 +25,10 @@ WORKLOADS = {
     "W4": w4_hessians.tables,
     "W5": w5_batch_jacobians.tables,
     "W6a": w6a_linreg.tables,
+    "W6b": w6b_mlp_adam.tables,
     "startup": startup.tables,
     "enclosing": enclosing_tape.tables,
+    "replay": replay.tables,
 }
 
 

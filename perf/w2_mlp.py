@@ -68,6 +68,9 @@ def add_jitape(grad, fwd, jt):
     grad.add("jitape gradient only", lambda: tape.gradient(loss, variables),
              note="persistent tape, gradient called repeatedly (lowering + sweep)")
     fwd.add("jitape eager", lambda: mlp(x, y, variables, jt.nn.relu, jt.reduce_mean), note="no tape")
+    grad.add("jitape jt.function(gradient)", jt.function(gradient), note="first call = trace; then replays")
+    fwd.add("jitape jt.function(forward)", jt.function(lambda: mlp(x, y, variables, jt.nn.relu, jt.reduce_mean)),
+            note="first call = trace; then replays")
 
 
 def add_tensorflow(grad, fwd, tf):

@@ -19,3 +19,23 @@ def test_an_unknown_backend_is_refused_by_name(monkeypatch):
         y = jt.reduce_sum(x * x)
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         tape.gradient(y, x)
+
+
+def test_every_primitive_names_kernels_that_exist():
+    import importlib
+    from jitape.ops import PRIMITIVES
+    for prim in PRIMITIVES.values():
+        kernels = prim.kernels
+        assert kernels["forward"] is not None, prim
+        for name in filter(None, kernels.values()):
+            module, function = name.split(".")
+            assert hasattr(importlib.import_module(f"jitape_kernels.cpu.{module}"), function), (prim, name)
+
+
+def test_a_function_names_its_backend():
+    f = jt.function(lambda x: x * 2.0, backend="cpu")
+    assert float(f(jt.constant(1.0))) == 2.0 and float(f(jt.constant(2.0))) == 4.0
+    g = jt.function(lambda x: x * 2.0, backend="abacus")
+    g(jt.constant(1.0))             # the first call traces: it runs in Python
+    with pytest.raises(ValueError, match="unknown backend 'abacus'"):
+        g(jt.constant(2.0))

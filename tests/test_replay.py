@@ -192,7 +192,7 @@ def test_nothing_is_left_recording_when_the_function_raises():
         warnings.simplefilter("error")
         y = jt.constant(2.0) * 2.0      # no trace is left active
     assert float(y) == 4.0
-    assert not jt.tape.recording_tapes()
+    assert not jt.recording.recording_tapes()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -223,3 +223,19 @@ def test_a_training_step_with_an_optimizer_replays_like_eager_for_100_steps(make
     for p, e in zip(params, eager_params):
         np.testing.assert_allclose(p.numpy(), e.numpy(), rtol=tolerance, atol=tolerance)
     assert opt.iterations == eager_opt.iterations == 100 and traced.trace_count == 1
+
+
+def test_cond_and_while_loop_trip_counts_are_guards():
+    @jt.function
+    def f(x):
+        y = jt.cond(jt.reduce_sum(x) > 0, lambda: x * 2.0, lambda: 1.0 - x)
+        _, z = jt.while_loop(lambda i, z: jt.reduce_sum(z) < 10.0, lambda i, z: (i + 1, z * 2.0),
+                             (jt.constant(0), y))
+        return z
+
+    for values in ([1.0, 1.0], [0.5, 0.25], [-1.0, -2.0], [1.0, 1.0], [3.0, 2.0], [-4.0, 1.0]):
+        x = np.array(values, np.float32)
+        z = x * 2.0 if x.sum() > 0 else 1.0 - x
+        while z.sum() < 10.0:
+            z = z * 2.0
+        np.testing.assert_allclose(f(jt.constant(values)).numpy(), z)

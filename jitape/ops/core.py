@@ -8,9 +8,10 @@ import functools
 
 import numpy as np
 
+from jitape_kernels import opcodes as oc
 from jitape_kernels.opcodes import MAXRANK
 
-from ..tape import _state, recording_tapes
+from ..recording import _state, recording_tapes
 from ..tensor import Tensor, to_numpy
 from ..tracing import _traces, observe, observe_all
 
@@ -25,7 +26,8 @@ class Primitive:
     forward(*arrays, **params) -> array     the eager numpy forward
     shape(input_shapes, params) -> shape     raises ValueError naming the shapes
     vjp(g, out, inputs, params, wants)       input cotangents as jitape Tensors (None where not wanted)
-    opcode                                   its njit kernels in jitape_kernels.cpu
+    opcode                                   its instruction (jitape_kernels.opcodes.TABLE: name, family, arity,
+                                             attribute layout); `kernels` names the CPU kernels that run it
     differentiable                           False for piecewise-constant ops (comparisons): they are
                                              recorded so a replay recomputes them, but pass no derivative on;
                                              their public functions are in NON_DIFFERENTIABLE, not PRIMITIVES
@@ -40,8 +42,15 @@ class Primitive:
         if differentiable:
             PRIMITIVES[name] = self
 
+    @property
+    def kernels(self):
+        """The CPU kernels (module.function in jitape_kernels.cpu) of this op's forward, reverse, tangent and
+        second-order rules; None where the family has none (linear ops have no second-order terms)."""
+        from ..backend import CPU
+        return dict(zip(("forward", "reverse", "tangent", "second_order"), CPU.kernels[oc.FAMILIES[self.opcode]]))
+
     def __repr__(self):
-        return f"Primitive({self.name})"
+        return f"Primitive({self.name}, opcode {oc.NAMES[self.opcode]})"
 
 
 def composite(fn):

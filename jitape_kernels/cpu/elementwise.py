@@ -315,8 +315,23 @@ def unary_second_derivative(op, x, y, p0, p1):
 
 @njit(cache=True, error_model="numpy")
 def unary_forward(op, x, out, p0, p1):
-    for i in range(x.size):
-        out[i] = unary_value(op, x[i], p0, p1)
+    # the commonest ops as branch-free loops (they vectorise); the rest through unary_value's dispatch
+    n = x.size
+    if op == oc.COPY:
+        for i in range(n):
+            out[i] = x[i]
+    elif op == oc.NEG:
+        for i in range(n):
+            out[i] = -x[i]
+    elif op == oc.SCALE:
+        for i in range(n):
+            out[i] = x[i] * p0
+    elif op == oc.SQUARE:
+        for i in range(n):
+            out[i] = x[i] * x[i]
+    else:
+        for i in range(n):
+            out[i] = unary_value(op, x[i], p0, p1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -467,8 +482,23 @@ def binary_second_partials(op, a, b, y):
 
 @njit(cache=True, error_model="numpy")
 def binary_forward(op, a, b, out):
-    for i in range(a.size):
-        out[i] = binary_value(op, a[i], b[i])
+    # arithmetic as branch-free loops (they vectorise); the rest through binary_value's dispatch
+    n = a.size
+    if op == oc.ADD:
+        for i in range(n):
+            out[i] = a[i] + b[i]
+    elif op == oc.SUB:
+        for i in range(n):
+            out[i] = a[i] - b[i]
+    elif op == oc.MUL:
+        for i in range(n):
+            out[i] = a[i] * b[i]
+    elif op == oc.DIV:
+        for i in range(n):
+            out[i] = a[i] / b[i]
+    else:
+        for i in range(n):
+            out[i] = binary_value(op, a[i], b[i])
 
 
 @njit(cache=True, error_model="numpy")

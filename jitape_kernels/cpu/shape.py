@@ -146,8 +146,9 @@ def leading_broadcast_block(op, iattr, a):
 def mapped_forward(op, iattr, a, x, out):
     block = leading_broadcast_block(op, iattr, a)
     if block:
-        for start in range(0, out.size, block):
-            out[start:start + block] = x
+        for start in range(0, out.size, block):     # element loops: no view per repeat (a scalar's are many)
+            for e in range(block):
+                out[start + e] = x[e]
         return
     m = index_map(op, iattr, a)
     if op == oc.PAD:

@@ -1,0 +1,223 @@
+"""The recording: the thread-local stack of recording tapes, and what a tape keeps of each op it tracks.
+
+A tape records each op whose inputs it tracks twice over: as a Python record
+(primitive, inputs, output, params) for the recorded path that nested tapes
+need (recorded.py), and as flat integer rows plus the recorded values, which
+lower to a Program without any Python per op (program.py).
+"""
+import functools
+import math
+import threading
+import warnings
+from array import array
+from contextlib import contextmanager
+
+from jitape_kernels import opcodes as oc
+
+from . import nest
+from .tensor import Tensor, Variable, VariableRead
+
+_PAD = tuple((1,) * (oc.MAXRANK - r) for r in range(oc.MAXRANK + 1))
+
+
+@functools.lru_cache(maxsize=1024)
+def _slot_row(shape, is_float64):
+    """The recorded slot row of a value: size, rank, is_float64, dims padded with ones."""
+    rank = len(shape)
+    if rank > oc.MAXRANK:
+        raise ValueError(f"jitape records tensors of rank at most {oc.MAXRANK}, got shape {shape}")
+    return (math.prod(shape), rank, is_float64) + shape + _PAD[rank]
+
+
+_SCALAR_ROWS = (_slot_row((), False), _slot_row((), True))   # 0-d values (scalar chains) skip the cache lookup
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.recording = []
+
+
+_state = _State()
+
+
+def recording_tapes():
+    """The tapes recording in this thread, innermost last."""
+    return _state.recording
+
+
+class Recording:
+    """What a tape records and how: watching, the integer rows, slots and values of every tracked op, and
+    the recording stack. GradientTape adds the derivatives."""
+
+    def __init__(self, persistent=False, watch_accessed_variables=True):
+        self._persistent = bool(persistent)
+        self._watch_accessed_variables = bool(watch_accessed_variables)
+        self._recording = False
+        self._used = False
+        self._clear()
+
+    def _clear(self):
+        self._records = []              # (primitive, inputs, output, params) for Python VJPs
+        self._rows = array("q")         # 6 ints per instruction: op, out, in0, in1, in2, attr
+        self._slot_rows = array("q")    # 3 + MAXRANK ints per slot: size, rank, is_float64, dims
+        self._iattr = array("q")
+        self._fattr = array("d")
+        self._values = []               # recorded value of each slot
+        self._slot_of = {}              # tensor id -> slot
+        self._tracked = set()           # ids of watched tensors and of recorded outputs
+        self._variables = {}            # id -> watched Variable, in watch order
+        self._aliases = {}              # variable id -> its earlier slots (values before an assignment)
+        self._programs = {}             # lowered Programs of a persistent tape (program.lower)
+
+    # -- context ---------------------------------------------------------------------------
+    def __enter__(self):
+        self._push()
+        return self
+
+    def __exit__(self, *exc):
+        self._pop()
+        return False
+
+    def _push(self):
+        if self._recording:
+            raise ValueError("GradientTape is already recording: a tape cannot be entered twice")
+        _state.recording.append(self)
+        self._recording = True
+
+    def _pop(self):
+        stack = _state.recording
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is self:
+                del stack[i]
+                break
+        self._recording = False
+
+    @contextmanager
+    def stop_recording(self):
+        """Pause recording on this tape inside the block."""
+        if not self._recording:
+            raise ValueError("GradientTape.stop_recording: the tape is not recording; use it inside "
+                             "the tape's `with` block")
+        self._pop()
+        try:
+            yield
+        finally:
+            self._push()
+
+    def reset(self):
+        """Forget everything recorded so far; the tape keeps recording if it was."""
+        self._clear()
+        self._used = False
+
+    # -- watching --------------------------------------------------------------------------
+    def watch(self, tensor):
+        """Track `tensor` (a float Tensor/Variable, or a nested list/tuple/dict of them)."""
+        for t in nest.flatten(tensor):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"GradientTape.watch: expected a Tensor or Variable, got "
+                                f"{type(t).__name__}: {t!r}")
+            if t.dtype.kind != "f":
+                warnings.warn(f"GradientTape.watch: the dtype of the watched tensor must be floating "
+                              f"(float32 or float64), got {t.dtype}; it is not watched", stacklevel=2)
+                continue
+            self._tracked.add(t._id)
+            if isinstance(t, Variable):
+                self._variables[t._id] = t
+
+    def watched_variables(self):
+        """The variables this tape watches, in the order they were first watched."""
+        return tuple(self._variables.values())
+
+    # -- recording (called by jitape.ops.core.emit) ----------------------------------------
+    def _connected(self, inputs):
+        tracked = self._tracked
+        connected = False
+        for t in inputs:
+            if t._id in tracked:
+                connected = True
+            elif t._watchable and self._watch_accessed_variables:
+                tracked.add(t._id)
+                self._variables[t._id] = t
+                connected = True
+        return connected
+
+    def _slot(self, t):
+        slot = self._slot_of.get(t._id)
+        if slot is not None:
+            if not t._is_variable or self._values[slot] is t._value:
+                return slot
+            # a variable read again after an assignment: a new slot; the old one stays its alias
+            self._aliases.setdefault(t._id, []).append(slot)
+        return self._new_slot(t)
+
+    def _new_slot(self, t):
+        v = t._value
+        shape = v.shape
+        is_float64 = v.dtype.itemsize == 8
+        row = _SCALAR_ROWS[is_float64] if shape == () else _slot_row(shape, is_float64)   # may raise: before any change
+        slot = len(self._values)
+        self._values.append(v)
+        self._slot_rows.extend(row)
+        self._slot_of[t._id] = slot
+        return slot
+
+    def _attr(self, iblock, fblock):
+        if fblock:
+            iblock = (len(self._fattr),) + iblock
+            self._fattr.extend(fblock)
+        if not iblock:
+            return -1
+        start = len(self._iattr)
+        self._iattr.extend(iblock)
+        return start
+
+    def _record(self, prim, inputs, out, params, opcode, iblock, fblock):
+        # the hot path of eager recording: known slots looked up inline, outputs always get a new slot
+        if not self._connected(inputs):
+            return
+        get = self._slot_of.get
+        ins = [-1, -1, -1]
+        reads_variable = False
+        for i, t in enumerate(inputs):
+            if t._is_variable:
+                reads_variable = True
+                ins[i] = self._slot(t)
+            else:
+                slot = get(t._id)
+                ins[i] = self._new_slot(t) if slot is None else slot
+        attr = self._attr(iblock, fblock) if iblock or fblock else -1
+        self._rows.extend((opcode, self._new_slot(out), ins[0], ins[1], ins[2], attr))
+        self._records.append((prim, _snapshots(inputs) if reads_variable else inputs, out, params))
+        self._tracked.add(out._id)
+
+    def _record_rows(self, prim, inputs, out, params, rows):
+        """Record one op lowered to several rows: `rows` is ((opcode, input positions, iblock), ...)."""
+        if not self._connected(inputs):
+            return
+        slots = [self._slot(t) for t in inputs]
+        out_slot = self._slot(out)
+        for opcode, positions, iblock in rows:
+            ins = [slots[p] for p in positions] + [-1] * (3 - len(positions))
+            self._rows.extend((opcode, out_slot, ins[0], ins[1], ins[2], self._attr(iblock, ())))
+        self._records.append((prim, _snapshots(inputs), out, params))
+        self._tracked.add(out._id)
+
+    # -- differentiation -------------------------------------------------------------------
+    def _must_record(self, seeds=(), tapes=None):
+        """Whether a recording tape (of `tapes`, default all) tracks a tensor this tape's derivatives read (a
+        recorded value or a seed): only then must the derivative be recorded with the Python VJPs; otherwise
+        the compiled sweep gives the same numbers and records nothing either."""
+        slot_of = self._slot_of
+        for tape in _state.recording if tapes is None else tapes:
+            tracked = tape._tracked
+            if any(isinstance(s, Tensor) and s._id in tracked for s in seeds):
+                return True
+            small, large = (tracked, slot_of) if len(tracked) <= len(slot_of) else (slot_of, tracked)
+            if any(i in large for i in small):
+                return True
+        return False
+
+
+def _snapshots(inputs):
+    """Inputs as recorded for the Python VJPs: each Variable replaced by the value it had at this read."""
+    return tuple(VariableRead(t) if type(t) is Variable else t for t in inputs)
