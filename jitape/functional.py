@@ -54,7 +54,9 @@ def _differentiable_args(args, nums, what):
 
 def _source_leaves(args, kwargs, nums):
     """Indices in flatten((args, kwargs)) of the leaves of the differentiated arguments, per argument."""
-    starts = np.cumsum([0] + [len(nest.flatten(a)) for a in args])
+    starts = [0]
+    for a in args:
+        starts.append(starts[-1] + (1 if isinstance(a, Tensor) else len(nest.flatten(a))))
     return [list(range(starts[i], starts[i + 1])) for i in nums]
 
 

@@ -23,7 +23,7 @@ from jitape_kernels.planning import derivative_plan
 
 from . import nest
 from .program import Program
-from .replay import Concrete, Function, _leaf_key, _structure
+from .replay import Concrete, Function, signature
 from .tensor import Tensor, Variable
 
 FORMAT = "jitape-program"
@@ -363,8 +363,8 @@ class LoadedFunction(Function):
                          f"call needs it (under a recording tape, or no saved trace serves these arguments)")
 
     def replay(self, args, kwargs):
-        leaves = nest.flatten((args, kwargs))
-        key = repr((_structure((args, kwargs)), tuple(_leaf_key(leaf) for leaf in leaves)))
+        key, leaves = signature(args, kwargs)
+        key = repr(key)
         variants = self._variants.get(key)
         if not variants:
             raise ValueError(f"the loaded function {self.__name__!r} has no saved trace for arguments "
@@ -411,7 +411,15 @@ def validated(code6, slots, iattr, fattr, arena, opcodes, error):
     attr = code6[:, oc.ATTR]
     if np.any(~has_attr & (attr != -1)):
         raise error("an instruction without attributes points into the attribute pool")
-    for r in np.flatnonzero(has_attr).tolist():
+    # ops whose only attribute is a fattr index (scale, powc, elu, clip, polygamma): checked at once
+    float_only = has_attr & np.array([a == ("f",) for a in oc.ATTRIBUTES])[ops]
+    if np.any(float_only & ((attr < 0) | (attr >= iattr.size))):
+        raise error("an instruction's attribute block starts outside the pool")
+    need = np.where(ops == oc.CLIP, 2, 1)
+    index = iattr[np.where(float_only, attr, 0)] if iattr.size else np.zeros(len(ops), np.int64)
+    if np.any(float_only & ((index < 0) | (index > fattr.size - need))):
+        raise error("an instruction's float attribute lies outside the pool")
+    for r in np.flatnonzero(has_attr & ~float_only).tolist():
         _check_attributes(int(ops[r]), int(attr[r]), [int(sizes[s]) if s >= 0 else 0 for s in code6[r, 1:5]],
                           iattr, fattr, r, error)
     code = np.full((code6.shape[0], oc.W), -1, np.int64)
@@ -435,11 +443,15 @@ def _check_slots(slots, arena_size, error):
         raise error("a slot's unused dimensions must be 1")
     size = slots[:, oc.SIZE]
     offset = slots[:, oc.OFFSET]
-    for s in range(slots.shape[0]):     # exact integer products: no int64 overflow can make sizes agree
-        if math.prod(int(d) for d in dims[s, :rank[s]]) != int(size[s]):
-            raise error(f"slot {s}'s size {int(size[s])} is not the product of its dimensions")
-    if np.any(offset < 0) or np.any(offset + size > arena_size):
+    if np.any(size < 0) or np.any(size > arena_size) or np.any(offset < 0) or np.any(offset > arena_size - size):
         raise error("a slot lies outside the arena")
+    # dims are at most the arena's size: the float64 product tells the ones whose int64 product could
+    # overflow (beyond the arena, so beyond any valid size), and the int64 product is exact for the others
+    if np.any(np.prod(dims.astype(np.float64), axis=1) > arena_size):
+        raise error("a slot's dimensions multiply beyond the arena")
+    bad = np.flatnonzero(np.prod(dims, axis=1) != size)
+    if bad.size:
+        raise error(f"slot {int(bad[0])}'s size {int(size[bad[0]])} is not the product of its dimensions")
 
 
 def _check_attributes(op, a, sizes, iattr, fattr, r, error):
