@@ -15,7 +15,7 @@ from .execute import source_gradients, source_hessian, source_jacobians
 from .replay import Function
 from .recording import _state
 from .tape import GradientTape
-from .tensor import Tensor, floatx
+from .tensor import Tensor, Variable, floatx
 from .tracing import _traces
 
 
@@ -74,7 +74,10 @@ class _Call:
         self.outputs = concrete.finish() if traced is None else traced[0]
         self._args = [args[i] for i in nums]
         slot_of_leaf = dict(concrete.arg_slots)
-        self.groups = [[(_as_tensor(leaves[i]), slot_of_leaf[i]) for i in group]
+        # a Variable argument is read like any variable: its slot is a variable input (-1: f never reads it)
+        slot_of_variable = {id(v): s for v, s in concrete.variable_inputs}
+        self.groups = [[(_as_tensor(leaves[i]), slot_of_variable.get(id(leaves[i]), -1)
+                         if isinstance(leaves[i], Variable) else slot_of_leaf[i]) for i in group]
                        for group in _source_leaves(args, kwargs, nums)]
         self.sources = [s for group in self.groups for s in group]
 

@@ -109,3 +109,15 @@ def test_errors_name_the_argument():
         jt.grad(lambda x: x * 2.0)(jt.constant([1.0, 2.0]))
     with pytest.raises(ValueError, match="argnums 2 out of range"):
         jt.grad(lambda x: x, argnums=2)(jt.constant(1.0))
+
+
+def test_variables_as_differentiated_arguments():
+    w = jt.Variable([1.0, 2.0])
+    unused = jt.Variable([5.0])
+    g = jt.grad(lambda w, u: jt.reduce_sum(w ** 3), argnums=(0, 1))
+    for values in ([1.0, 2.0], [3.0, -1.0]):
+        w.assign(values)
+        gw, gu = g(w, unused)
+        np.testing.assert_allclose(gw.numpy(), 3 * np.array(values) ** 2)
+        np.testing.assert_array_equal(gu.numpy(), [0.0])
+    np.testing.assert_allclose(jt.hessian(lambda w: jt.reduce_sum(w ** 3))(w).numpy(), np.diag([18.0, -6.0]))
