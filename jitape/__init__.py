@@ -26,7 +26,6 @@ from .ops import (acos, acosh, argmax, argmin, argsort, asin, asinh, atan, atan2
                   top_k)
 from .dtypes import bool, float32, float64, int32, int64
 from .replay import Function, function
-from .saving import ProgramFileError, load, save
 from .functional import grad, hessian, hessian_vector_product, jacobian, value_and_grad
 from .module import Module
 from .program import Program
@@ -37,3 +36,12 @@ try:
     __version__ = _version("jitape")
 except PackageNotFoundError:
     __version__ = "0.0.0+unknown"
+
+
+def __getattr__(name):
+    # jt.save, jt.load and jt.ProgramFileError import their module on first use: zipfile, hashlib and json
+    # are not worth a new user's first run
+    if name in ("save", "load", "ProgramFileError"):
+        from . import saving
+        return getattr(saving, name)
+    raise AttributeError(f"module 'jitape' has no attribute {name!r}")
