@@ -239,3 +239,10 @@ def test_cond_and_while_loop_trip_counts_are_guards():
         while z.sum() < 10.0:
             z = z * 2.0
         np.testing.assert_allclose(f(jt.constant(values)).numpy(), z)
+
+
+def test_shapes_read_with_numpy_are_no_guards():
+    f = jt.function(lambda x: x * float(np.size(x)) + np.zeros_like(x))
+    for values in ([1.0, 2.0], [3.0, 4.0], [5.0, 6.0]):
+        np.testing.assert_array_equal(f(jt.constant(values)).numpy(), np.array(values, np.float32) * 2)
+    assert f.trace_count == 1

@@ -126,6 +126,15 @@ def _values(x):
     return x
 
 
+def _unobserved(x):
+    """_values for functions that read only shapes and dtypes: the arrays without a guard on their values."""
+    if isinstance(x, Tensor):
+        return x._value
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unobserved(v) for v in x)
+    return x
+
+
 def _as_result(value):
     """A numpy function's result: arrays become (unrecorded) tensors; scalars, tuples and shapes stay as they are."""
     return Tensor(value) if isinstance(value, np.ndarray) else value
@@ -181,6 +190,9 @@ _VALUE_FUNCTIONS = {
     np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.array_repr, np.array_str, np.array2string,
     np.round, np.around, np.fix, np.argmax, np.argmin, np.argsort, np.min_scalar_type, np.can_cast,
 }
+# those of them that read only shapes and dtypes: in a jt.function trace they are no guard on values
+_SHAPE_FUNCTIONS = {np.shape, np.ndim, np.size, np.result_type, np.zeros_like, np.ones_like, np.empty_like,
+                    np.iscomplexobj, np.isrealobj, np.min_scalar_type}
 
 
 def _flat_axis(fn):
@@ -239,6 +251,8 @@ def _array_function(self, func, types, args, kwargs):
     fn = _FUNCTIONS.get(func)
     if fn is not None:
         return fn(*args, **kwargs)
+    if func in _SHAPE_FUNCTIONS:
+        return _as_result(func(*_unobserved(args), **{k: _unobserved(v) for k, v in kwargs.items()}))
     if func in _VALUE_FUNCTIONS or not (_floats(args) or _floats(kwargs.values())):
         return _as_result(func(*_values(args), **{k: _values(v) for k, v in kwargs.items()}))
     raise _untracked(func.__name__, args)
