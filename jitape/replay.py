@@ -150,8 +150,8 @@ class Concrete:
         renumber[used] = np.arange(used.size)
         code[:, oc.OUT:oc.IN2 + 1] = renumber[code[:, oc.OUT:oc.IN2 + 1]]
         self.code, self.slots = code, slots[used]
-        self.iattr = np.frombuffer(trace._iattr, np.int64).copy()
-        self.fattr = np.frombuffer(trace._fattr, np.float64).copy()
+        self.iattr, self.fattr = _compacted_attributes(code, np.frombuffer(trace._iattr, np.int64),
+                                                       np.frombuffer(trace._fattr, np.float64))
         self.arg_slots = [(i, int(renumber[s])) for i, s in arg_slots]
         self.variable_inputs = [(v, int(renumber[s])) for v, s in var_inputs]
         for entry in outputs:
@@ -228,6 +228,26 @@ class Concrete:
                 code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
                 np.array(targets, np.int64), np.array(sources, np.int64), tuple(np.zeros(0, np.int64) for _ in sources))
         return program
+
+
+def _compacted_attributes(code, iattr, fattr):
+    """The attribute pools holding only the blocks of `code`'s instructions (whose ATTR column is rewritten):
+    a trace's pools also hold the blocks of the rows its Program does not keep."""
+    blocks, floats = [], []
+    n_int = n_float = 0
+    for r in np.flatnonzero(code[:, oc.ATTR] >= 0).tolist():
+        op, start = int(code[r, oc.OP]), int(code[r, oc.ATTR])
+        block = iattr[start:start + oc.attribute_length(op, iattr, start)].copy()
+        if oc.ATTRIBUTES[op] == ("f",):      # a fattr index: its one or two floats move along
+            count = 2 if op == oc.CLIP else 1
+            floats.append(fattr[block[0]:block[0] + count])
+            block[0] = n_float
+            n_float += count
+        code[r, oc.ATTR] = n_int
+        blocks.append(block)
+        n_int += block.size
+    return (np.concatenate(blocks) if blocks else np.zeros(0, np.int64),
+            np.concatenate(floats) if floats else np.zeros(0, np.float64))
 
 
 class Function:

@@ -246,3 +246,18 @@ def test_shapes_read_with_numpy_are_no_guards():
     for values in ([1.0, 2.0], [3.0, 4.0], [5.0, 6.0]):
         np.testing.assert_array_equal(f(jt.constant(values)).numpy(), np.array(values, np.float32) * 2)
     assert f.trace_count == 1
+
+
+def test_a_replayed_program_keeps_only_its_own_slots_and_attributes():
+    @jt.function
+    def f(x):
+        unused = jt.reduce_sum(jt.transpose(jt.reshape(x, (2, 2)))) * 3.0    # recorded, not an output
+        del unused
+        return jt.clip_by_value(x, -0.5, 0.5) * 2.0
+
+    x = jt.constant([0.1, -1.0, 2.0, 0.3])
+    f(x)
+    concrete = f.concrete(x)
+    assert len(concrete) == 2 and concrete.slots.shape[0] == 3
+    assert concrete.iattr.size == 2 and concrete.fattr.tolist() == [-0.5, 0.5, 2.0]
+    np.testing.assert_allclose(f(jt.constant([0.2, 0.9, -3.0, 0.0])).numpy(), [0.4, 1.0, -1.0, 0.0])
