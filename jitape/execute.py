@@ -46,13 +46,14 @@ def _zeroed_adjoint(program, K):
     return adjoint
 
 
-def _sweep(program, adjoint):
-    backend.current().reverse(program, adjoint)
+def _sweep(program, adjoint, runner=None):
+    (runner or backend.current()).reverse(program, adjoint)
     return adjoint
 
 
-def reverse(program, seeds):
-    """Adjoint buffer [adjoint_size, K] after one sweep; seeds[i] is target i's [size, K] cotangent block."""
+def reverse(program, seeds, runner=None):
+    """Adjoint buffer [adjoint_size, K] after one sweep on `runner` (default: the current backend); seeds[i] is
+    target i's [size, K] cotangent block."""
     K = next((s.shape[1] for s in seeds if s is not None), 1)
     adjoint = _zeroed_adjoint(program, K)
     for slot, seed in zip(program.targets, seeds):
@@ -60,7 +61,7 @@ def reverse(program, seeds):
             row = program.adjoint_rows[slot]
             if row >= 0:
                 adjoint[row:row + seed.shape[0]] += seed
-    return _sweep(program, adjoint)
+    return _sweep(program, adjoint, runner)
 
 
 def _seed_identity(block, batch, features, row, column, count):

@@ -20,7 +20,13 @@ from .tracing import _traces
 
 
 def _function(f):
-    return f if isinstance(f, Function) else Function(f)
+    """The jt.function a functional derivative replays: its own, whose traces record inner gradients with the
+    VJPs (they are differentiated); a loaded function is replayed as it is."""
+    if isinstance(f, Function):
+        if f.differentiated or not f.has_python:
+            return f
+        return Function(f.python_function, f.retrace_warning, f.backend, differentiated=True)
+    return Function(f, differentiated=True)
 
 
 def _argnums(argnums, n_args, what):
@@ -70,6 +76,9 @@ class _Call:
 
     def __init__(self, fn, args, kwargs, nums):
         concrete, leaves, traced = fn.replay(args, kwargs)
+        if concrete.gradient_steps:
+            raise ValueError(f"{fn.__name__!r} takes gradients inside with the compiled sweep (a loaded function): "
+                             f"its Program cannot be differentiated; differentiate the Python function instead")
         self.concrete = concrete
         self.outputs = concrete.finish() if traced is None else traced[0]
         self._args = [args[i] for i in nums]

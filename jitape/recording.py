@@ -48,6 +48,7 @@ def recording_tapes():
 class Recording:
     """What a tape records and how: watching, the integer rows, slots and values of every tracked op, and
     the recording stack. GradientTape adds the derivatives."""
+    _is_trace = False       # jt.function's traces (replay._Trace) say True
 
     def __init__(self, persistent=False, watch_accessed_variables=True):
         self._persistent = bool(persistent)

@@ -23,6 +23,7 @@ from jitape_kernels import opcodes as oc
 from jitape_kernels.planning import derivative_plan, plan
 
 from . import backend, config, nest
+from .execute import reverse, source_blocks
 from .program import Program, fill_arena
 from .recording import _state
 from .tape import GradientTape
@@ -30,11 +31,21 @@ from .tensor import Tensor, Variable
 from .tracing import _traces
 
 
+# The row a trace records for a gradient taken with the compiled sweep inside it (out: the gradient, in0: the
+# target, in1: the source). Never an opcode: Concrete turns these rows into gradient steps run by the
+# executor between forward segments, so no kernel ever sees one.
+GRADIENT_STEP = -7
+
+
 class _Trace(GradientTape):
     """The recording of one call of a jt.function."""
+    _is_trace = True
 
-    def __init__(self):
+    def __init__(self, compiled_gradients=True):
         super().__init__(persistent=True, watch_accessed_variables=True)
+        # whether inner tapes' gradients may run the compiled sweep (False when the trace is differentiated
+        # itself: jt.grad and friends need the recorded VJPs)
+        self.compiled_gradients = compiled_gradients
         self.variable_inputs = {}   # variable id -> (variable, slot of the value it had at the call)
         self.current = {}           # variable id -> (variable, tensor holding the value assigned in the trace)
         self.slot_guards = []       # (slot, expected value, how)
@@ -71,6 +82,18 @@ class _Trace(GradientTape):
     def assign(self, variable, tensor):
         self._tracked.add(variable._id)
         self.current[variable._id] = (variable, tensor)
+
+    def record_gradient(self, target, sources, gradients):
+        """An inner tape's gradient of `target` w.r.t. `sources` ran the compiled sweep: one GRADIENT_STEP row
+        per connected source (a target this trace does not track has constant gradients: nothing to record)."""
+        if target._id not in self._tracked:
+            return
+        target_slot = self._slot(target)
+        for source, g in zip(sources, gradients):
+            if g is not None:
+                source_slot = self._slot(source)
+                self._tracked.add(g._id)
+                self._rows.extend((GRADIENT_STEP, self._new_slot(g), target_slot, source_slot, -1, -1))
 
 
 def _leaf_key(leaf):
@@ -149,9 +172,21 @@ class Concrete:
         renumber = np.full(slots.shape[0] + 1, -1, np.int64)     # index -1 maps to -1
         renumber[used] = np.arange(used.size)
         code[:, oc.OUT:oc.IN2 + 1] = renumber[code[:, oc.OUT:oc.IN2 + 1]]
-        self.code, self.slots = code, slots[used]
+        self.slots = slots[used]
         self.iattr, self.fattr = _compacted_attributes(code, np.frombuffer(trace._iattr, np.int64),
                                                        np.frombuffer(trace._fattr, np.float64))
+        steps = code[:, oc.OP] == GRADIENT_STEP
+        self.code = np.ascontiguousarray(code[~steps])
+        # (position in code, target slot, [(source slot, gradient slot)]): consecutive rows of one target
+        self.gradient_steps = []
+        for r in np.flatnonzero(steps).tolist():
+            position = r - int(np.sum(steps[:r]))       # the rows of code before it
+            target, pair = int(code[r, oc.IN0]), (int(code[r, oc.IN1]), int(code[r, oc.OUT]))
+            last = self.gradient_steps[-1] if self.gradient_steps else None
+            if last is not None and last[0] == position and last[1] == target:
+                last[2].append(pair)
+            else:
+                self.gradient_steps.append([position, target, [pair]])
         self.arg_slots = [(i, int(renumber[s])) for i, s in arg_slots]
         self.variable_inputs = [(v, int(renumber[s])) for v, s in var_inputs]
         for entry in outputs:
@@ -166,6 +201,20 @@ class Concrete:
         self.variable_guards = list(trace.variable_guards.values())
         self.opaque = trace.opaque
         self._plans = {}
+        self.plan_gradient_steps()
+
+    def plan_gradient_steps(self):
+        """The derivative Program of each gradient step: a reverse sweep over the rows before it."""
+        self._gradient_programs = []
+        for position, target, pairs in self.gradient_steps:
+            sources = [s for s, _ in pairs]
+            code, adjoint_rows, adjoint_size = derivative_plan(self.code[:position], self.slots,
+                                                               np.array([target], np.int64),
+                                                               np.array(sources, np.int64))
+            self._gradient_programs.append(Program(
+                code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
+                np.array([target], np.int64), np.array(sources, np.int64),
+                tuple(np.zeros(0, np.int64) for _ in sources)))
 
     def __len__(self):
         return self.code.shape[0]
@@ -187,7 +236,15 @@ class Concrete:
             arena[self._span(slot)] = np.ravel(leaf._value if isinstance(leaf, Tensor) else leaf)
         for variable, slot in self.variable_inputs:
             arena[self._span(slot)] = np.ravel(variable._value)
-        backend.current(backend_name).forward(self.code, self.slots, self.iattr, self.fattr, arena)
+        runner = backend.current(backend_name)
+        start = 0
+        for (position, target, pairs), program in zip(self.gradient_steps, self._gradient_programs):
+            runner.forward(self.code[start:position], self.slots, self.iattr, self.fattr, arena)
+            seed = np.ones((self.slots[target, oc.SIZE], 1), arena.dtype)
+            for (_, out), block in zip(pairs, source_blocks(program, reverse(program, [seed], runner))):
+                arena[self._span(out)] = 0 if block is None else block[:, 0]
+            start = position
+        runner.forward(self.code[start:], self.slots, self.iattr, self.fattr, arena)
         for slot, expected, _ in self.slot_guards:
             got = arena[self._span(slot)]
             if not np.array_equal(got, np.ravel(expected).astype(arena.dtype), equal_nan=True):
@@ -252,12 +309,15 @@ def _compacted_attributes(code, iattr, fattr):
 
 class Function:
     """A Python function traced per input signature and replayed in compiled code (see jt.function)."""
+    has_python = True       # a loaded function (saving.LoadedFunction) has only its Programs
 
-    def __init__(self, python_function, retrace_warning=None, backend=None):
+    def __init__(self, python_function, retrace_warning=None, backend=None, differentiated=False):
         functools.update_wrapper(self, python_function)
         self.python_function = python_function
         self.retrace_warning = retrace_warning
         self.backend = backend
+        # replays that jt.grad and friends differentiate: inner gradients are traced as recorded VJPs
+        self.differentiated = differentiated
         self.trace_count = 0
         self._variants = {}         # signature -> [Concrete, ...], the last one to succeed first
         self._last_key = None
@@ -269,7 +329,8 @@ class Function:
             return self
         bound = instance.__dict__.get(f"_jt_function_{id(self)}")
         if bound is None:
-            bound = Function(self.python_function.__get__(instance, owner), self.retrace_warning, self.backend)
+            bound = Function(self.python_function.__get__(instance, owner), self.retrace_warning, self.backend,
+                             self.differentiated)
             instance.__dict__[f"_jt_function_{id(self)}"] = bound
         return bound
 
@@ -331,7 +392,7 @@ class Function:
             warnings.warn(f"jt.function {self.__name__!r} traced {self.trace_count} times"
                           + (f"; last because {why}" if why else "")
                           + ": pass tensors rather than Python numbers, or keep shapes fixed", stacklevel=4)
-        trace = _Trace()
+        trace = _Trace(compiled_gradients=not self.differentiated)
         inputs = [Tensor(np.array(getattr(leaf, "_value", leaf))[()]) if _is_input(leaf) else leaf
                   for leaf in leaves]
         traced_args, traced_kwargs = nest.pack_like((args, kwargs), inputs)

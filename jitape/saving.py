@@ -111,6 +111,8 @@ class _Writer:
             guards=[[s, self.array(expected), how] for s, expected, how in concrete.slot_guards],
             variable_guards=[[self.variable(v), self.array(expected), how]
                              for v, expected, how in concrete.variable_guards],
+            gradient_steps=[[position, target, [list(pair) for pair in pairs]]
+                            for position, target, pairs in concrete.gradient_steps],
             opaque=concrete.opaque)
         return meta
 
@@ -291,7 +293,19 @@ class _Reader:
         concrete.variable_guards = [(self.var(v), self.array(a), str(how)) for v, a, how in meta["variable_guards"]]
         concrete.opaque = None if meta["opaque"] is None else str(meta["opaque"])
         concrete._plans = {}
+        concrete.gradient_steps = [self.gradient_step(step, code.shape[0], slots) for step in meta["gradient_steps"]]
+        if [s[0] for s in concrete.gradient_steps] != sorted(s[0] for s in concrete.gradient_steps):
+            raise self.error("gradient steps out of order")
+        concrete.plan_gradient_steps()
         return str(meta["key"]), concrete
+
+    def gradient_step(self, step, n_code, slots):
+        position, target, pairs = step
+        if not isinstance(position, int) or not 0 <= position <= n_code:
+            raise self.error(f"gradient step position {position!r} out of range")
+        n = slots.shape[0]
+        pairs = [(self.slot(s, n), self.sized(self.slot(out, n), slots, int(slots[s, oc.SIZE]))) for s, out in pairs]
+        return [position, self.slot(target, n), pairs]
 
     def index(self, value):
         if not isinstance(value, int) or value < 0:
@@ -346,6 +360,7 @@ def _decode_structure(s):
 class LoadedFunction(Function):
     """A function read by jt.load: it replays and differentiates the traces it was saved with; it has no
     Python code, so a call no saved trace serves (new shapes, a guard that differs) raises."""
+    has_python = False
 
     def __init__(self, name, variables):
         self.__name__ = self.__qualname__ = name
@@ -353,6 +368,7 @@ class LoadedFunction(Function):
         self.python_function = self._no_python
         self.retrace_warning = None
         self.backend = None
+        self.differentiated = False
         self.trace_count = 0
         self._variants = {}
         self._last_key = None

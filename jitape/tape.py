@@ -10,7 +10,7 @@ from . import nest, recorded
 from .execute import (check_rows, lowered, source_batch_jacobian, source_gradients, source_hessian,
                       source_jacobians, source_per_example_gradients)
 from .program import lower
-from .recording import Recording
+from .recording import Recording, _state
 from .tensor import Tensor
 
 
@@ -52,10 +52,20 @@ class GradientTape(Recording):
             else:
                 warnings.warn(f"GradientTape.gradient: the dtype of the source tensor must be floating "
                               f"(float32 or float64), got {s.dtype}; its gradient is None", stacklevel=2)
-        if self._must_record(seeds):
+        # inside jt.function traces the compiled sweep may still run: a trace records it as one gradient step
+        # of its Program (see replay.Concrete), unless a trace is to be differentiated itself
+        traces = [t for t in _state.recording if t._is_trace]
+        if traces and (len(targets) != 1 or output_gradients is not None or self._is_trace
+                       or not all(t.compiled_gradients for t in traces)):
+            must_record = self._must_record(seeds)
+        else:
+            must_record = self._must_record(seeds, [t for t in _state.recording if not t._is_trace])
+        if must_record:
             found = recorded.gradient(self, targets, seeds, float_sources)
         else:
             found = source_gradients(lowered(self, targets, float_sources), seeds, float_sources)
+            for trace in traces:
+                trace.record_gradient(targets[0], float_sources, found)
         by_id = dict(zip((s._id for s in float_sources), found))
         results = []
         for s in flat_sources:
