@@ -56,7 +56,8 @@ class GradientTape(Recording):
         # of its Program (see replay.Concrete), unless a trace is to be differentiated itself
         traces = [t for t in _state.recording if t._is_trace]
         if traces and (len(targets) != 1 or output_gradients is not None or self._is_trace
-                       or not all(t.compiled_gradients for t in traces)):
+                       or not all(t.compiled_gradients for t in traces)
+                       or any(s._id in self._aliases for s in float_sources)):    # a variable read, assigned, read
             must_record = self._must_record(seeds)
         else:
             must_record = self._must_record(seeds, [t for t in _state.recording if not t._is_trace])

@@ -298,3 +298,22 @@ def test_a_saved_training_step_replays_in_a_loaded_function(tmp_path):
     for _ in range(5):
         assert float(loaded(x)) == pytest.approx(float(step(x)), rel=1e-6)
         np.testing.assert_array_equal(lw.numpy(), w.numpy())
+
+
+def test_an_inner_gradient_through_a_variable_assigned_between_its_reads():
+    v = jt.Variable(2.0)
+
+    def step(x):
+        with jt.GradientTape() as tape:
+            a = v * x
+            v.assign(v * 3.0)
+            b = v * x
+            loss = a + b
+        return tape.gradient(loss, v)
+
+    traced = jt.function(step)
+    for value in (1.0, 2.0, -1.5):
+        v.assign(2.0)
+        expected = step(jt.constant(value))
+        v.assign(2.0)
+        assert float(traced(jt.constant(value))) == pytest.approx(float(expected))

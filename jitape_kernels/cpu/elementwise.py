@@ -329,6 +329,12 @@ def unary_forward(op, x, out, p0, p1):
     elif op == oc.SQUARE:
         for i in range(n):
             out[i] = x[i] * x[i]
+    elif op == oc.SQRT:
+        for i in range(n):
+            out[i] = math.sqrt(x[i])
+    elif op == oc.RELU:
+        for i in range(n):
+            out[i] = x[i] if x[i] > 0 else 0.0
     else:
         for i in range(n):
             out[i] = unary_value(op, x[i], p0, p1)

@@ -145,8 +145,13 @@ def leading_broadcast_block(op, iattr, a):
 @njit(cache=True, error_model="numpy")
 def mapped_forward(op, iattr, a, x, out):
     block = leading_broadcast_block(op, iattr, a)
+    if block == 1:                                  # a scalar broadcast: a fill
+        value = x[0]
+        for e in range(out.size):
+            out[e] = value
+        return
     if block:
-        for start in range(0, out.size, block):     # element loops: no view per repeat (a scalar's are many)
+        for start in range(0, out.size, block):     # element loops: no view per repeat
             for e in range(block):
                 out[start + e] = x[e]
         return
