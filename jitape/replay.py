@@ -23,7 +23,6 @@ from jitape_kernels import opcodes as oc
 from jitape_kernels.planning import derivative_plan, plan
 
 from . import backend, config, nest
-from .execute import reverse, source_blocks
 from .program import Program, fill_arena
 from .recording import _state
 from .tape import GradientTape
@@ -204,17 +203,22 @@ class Concrete:
         self.plan_gradient_steps()
 
     def plan_gradient_steps(self):
-        """The derivative Program of each gradient step: a reverse sweep over the rows before it."""
+        """The derivative Program of each gradient step, a reverse sweep over the rows before it, with its own
+        adjoint buffer, the target's adjoint rows (seeded with ones) and where each gradient goes: (adjoint row,
+        size, arena offset) per source (a source the sweep does not reach has zeros)."""
         self._gradient_programs = []
         for position, target, pairs in self.gradient_steps:
             sources = [s for s, _ in pairs]
             code, adjoint_rows, adjoint_size = derivative_plan(self.code[:position], self.slots,
                                                                np.array([target], np.int64),
                                                                np.array(sources, np.int64))
-            self._gradient_programs.append(Program(
-                code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
-                np.array([target], np.int64), np.array(sources, np.int64),
-                tuple(np.zeros(0, np.int64) for _ in sources)))
+            program = Program(code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
+                              np.array([target], np.int64), np.array(sources, np.int64),
+                              tuple(np.zeros(0, np.int64) for _ in sources))
+            seed = slice(adjoint_rows[target], adjoint_rows[target] + self.slots[target, oc.SIZE]) \
+                if adjoint_rows[target] >= 0 else slice(0, 0)
+            moves = [(int(adjoint_rows[s]), int(self.slots[s, oc.SIZE]), self._span(out)) for s, out in pairs]
+            self._gradient_programs.append((program, np.zeros((int(adjoint_size), 1), self.dtype), seed, moves))
 
     def __len__(self):
         return self.code.shape[0]
@@ -238,11 +242,13 @@ class Concrete:
             arena[self._span(slot)] = np.ravel(variable._value)
         runner = backend.current(backend_name)
         start = 0
-        for (position, target, pairs), program in zip(self.gradient_steps, self._gradient_programs):
+        for (position, _, _), (program, adjoint, seed, moves) in zip(self.gradient_steps, self._gradient_programs):
             runner.forward(self.code[start:position], self.slots, self.iattr, self.fattr, arena)
-            seed = np.ones((self.slots[target, oc.SIZE], 1), arena.dtype)
-            for (_, out), block in zip(pairs, source_blocks(program, reverse(program, [seed], runner))):
-                arena[self._span(out)] = 0 if block is None else block[:, 0]
+            adjoint.fill(0)
+            adjoint[seed] = 1
+            runner.reverse(program, adjoint)
+            for row, size, out in moves:
+                arena[out] = adjoint[row:row + size, 0] if row >= 0 else 0
             start = position
         runner.forward(self.code[start:], self.slots, self.iattr, self.fattr, arena)
         for slot, expected, _ in self.slot_guards:
