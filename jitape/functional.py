@@ -149,7 +149,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
     def value_and_grad_f(*args, **kwargs):
         nums, many = _argnums(argnums, len(args), "value_and_grad")
         args = _differentiable_args(args, nums, "value_and_grad")
-        if _eager() or fn.opaque_for(args, kwargs):
+        if _eager():
             tape, out, sources, args = _on_tape(fn.python_function, args, kwargs, nums)
             value = _value(out, has_aux, "value_and_grad")
             grads = tape.gradient(value, sources, unconnected_gradients="zero")
@@ -217,7 +217,7 @@ def jacobian(f, argnums=0):
     def jacobian_f(*args, **kwargs):
         nums, many = _argnums(argnums, len(args), "jacobian")
         args = _differentiable_args(args, nums, "jacobian")
-        if _eager() or fn.opaque_for(args, kwargs):
+        if _eager():
             tape, out, sources, args = _on_tape(fn.python_function, args, kwargs, nums)
             _check_output(out, "jacobian")
             return _pack_groups(args, nums, tape.jacobian(out, sources, unconnected_gradients="zero"), many)
@@ -275,7 +275,7 @@ def _second_order(f, argnums, what, with_vector):
         args = _differentiable_args(args, nums, what)
         if len(nest.flatten(args[nums[0]])) != 1:
             raise TypeError(f"{what}: argument {nums[0]} must be one tensor, not a nest")
-        if _eager() or fn.opaque_for(args, kwargs):
+        if _eager():
             tape, out, (source,), _ = _on_tape(fn.python_function, args, kwargs, nums)
             _value(out, False, what)
             if with_vector:

@@ -49,7 +49,6 @@ class _Trace(GradientTape):
         self.current = {}           # variable id -> (variable, tensor holding the value assigned in the trace)
         self.slot_guards = []       # (slot, expected value, how)
         self.variable_guards = {}   # id -> (variable, expected value, how): variables no instruction reads
-        self.opaque = None          # what made the trace unreplayable (state changed outside instructions)
 
     def _connected(self, inputs):
         for t in inputs:            # every float variable read is an input, trainable or not
@@ -157,7 +156,7 @@ class Concrete:
                 targets.append(slot)
             else:
                 writes.append([variable, np.array(tensor._value)])
-        guards = [[slot, expected, how] for slot, expected, how in trace.slot_guards]
+        guards = [[slot, expected, how] for slot, expected, how in trace.slot_guards]     # expected: see below
         targets += [g[0] for g in guards]
         sources = [s for _, s in arg_slots] + [s for _, s in var_inputs]
         rows = np.frombuffer(trace._rows, np.int64).reshape(-1, 6)
@@ -196,9 +195,10 @@ class Concrete:
                 entry[1] = int(renumber[entry[1]])
         for g in guards:
             g[0] = int(renumber[g[0]])
+        for g in guards:        # as the arena holds it, once: a replay compares without converting
+            g[1] = np.ravel(g[1]).astype(self.dtype)
         self.outputs, self.writes, self.slot_guards = outputs, writes, guards
         self.variable_guards = list(trace.variable_guards.values())
-        self.opaque = trace.opaque
         self._plans = {}
         self.plan_gradient_steps()
 
@@ -251,17 +251,16 @@ class Concrete:
                 arena[out] = adjoint[row:row + size, 0] if row >= 0 else 0
             start = position
         runner.forward(self.code[start:], self.slots, self.iattr, self.fattr, arena)
-        for slot, expected, _ in self.slot_guards:
-            got = arena[self._span(slot)]
-            if not np.array_equal(got, np.ravel(expected).astype(arena.dtype), equal_nan=True):
-                return False
-        return True
+        return all(self._holds(slot, expected) for slot, expected, _ in self.slot_guards)
+
+    def _holds(self, slot, expected):
+        """Whether the last run computed slot's traced value (flat, in the arena's dtype)."""
+        return np.array_equal(self.arena[self._span(slot)], expected, equal_nan=True)
 
     def failed_guard(self):
         """The description of the first guard the last run broke."""
         for slot, expected, how in self.slot_guards:
-            if not np.array_equal(self.arena[self._span(slot)], np.ravel(expected).astype(self.dtype),
-                                  equal_nan=True):
+            if not self._holds(slot, expected):
                 return how
         for v, expected, how in self.variable_guards:
             if not np.array_equal(v._value, expected):
@@ -355,12 +354,6 @@ class Function:
         key, leaves = signature(args, kwargs)
         variants = self._variants.get(key)
         why = None
-        if variants is not None and variants[0].opaque:
-            if not self._warned:
-                self._warned = True
-                warnings.warn(f"jt.function {self.__name__!r} runs in Python on every call: "
-                              f"{variants[0].opaque} changes state no instruction records", stacklevel=4)
-            return None, leaves, (self.python_function(*args, **kwargs),)
         if variants is not None:
             for i, concrete in enumerate(variants):
                 if concrete.variables_hold() and concrete.run(leaves, self.backend):
@@ -372,11 +365,6 @@ class Function:
             why = self._new_signature(key)
         concrete, out = self._trace(key, args, kwargs, leaves, why)
         return concrete, leaves, (out,)
-
-    def opaque_for(self, args, kwargs):
-        """Whether calls with these arguments run in Python (their trace changed unrecorded state)."""
-        variants = self._variants.get(signature(args, kwargs)[0])
-        return bool(variants) and variants[0].opaque is not None
 
     def _new_signature(self, key):
         previous = self._last_key

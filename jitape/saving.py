@@ -13,7 +13,6 @@ import hashlib
 import io
 import json
 import math
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -112,8 +111,7 @@ class _Writer:
             variable_guards=[[self.variable(v), self.array(expected), how]
                              for v, expected, how in concrete.variable_guards],
             gradient_steps=[[position, target, [list(pair) for pair in pairs]]
-                            for position, target, pairs in concrete.gradient_steps],
-            opaque=concrete.opaque)
+                            for position, target, pairs in concrete.gradient_steps])
         return meta
 
     def output(self, entry):
@@ -190,9 +188,7 @@ def _read(path):
             return {name: npz[name] for name in npz.files}
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, RuntimeError) as e:
-        raise ProgramFileError(f"{path}: not a readable .npz file ({type(e).__name__}: {e})") from None
-    except Exception as e:     # zlib and zipfile raise a variety of errors on corrupt members
+    except Exception as e:     # numpy, zipfile and zlib raise a variety of errors on corrupt members
         raise ProgramFileError(f"{path}: not a readable .npz file ({type(e).__name__}: {e})") from None
 
 
@@ -289,9 +285,8 @@ class _Reader:
             raise self.error("the outputs do not match their structure")
         concrete.writes = [[self.var(v), self.write(s, slots, self.var(v))] for v, s in meta["writes"]]
         concrete.slot_guards = [[self.sized(self.slot(s, n), slots, None, expected := self.array(a, "fiub")),
-                                 expected, str(how)] for s, a, how in meta["guards"]]
+                                 np.ravel(expected).astype(arena.dtype), str(how)] for s, a, how in meta["guards"]]
         concrete.variable_guards = [(self.var(v), self.array(a), str(how)) for v, a, how in meta["variable_guards"]]
-        concrete.opaque = None if meta["opaque"] is None else str(meta["opaque"])
         concrete._plans = {}
         concrete.gradient_steps = [self.gradient_step(step, code.shape[0], slots) for step in meta["gradient_steps"]]
         if [s[0] for s in concrete.gradient_steps] != sorted(s[0] for s in concrete.gradient_steps):
@@ -386,13 +381,11 @@ class LoadedFunction(Function):
             raise ValueError(f"the loaded function {self.__name__!r} has no saved trace for arguments "
                              f"{key[:300]}; saved: {[k[:300] for k in self._variants]}")
         for concrete in variants:
-            if concrete.opaque is None and concrete.variables_hold() and concrete.run(leaves, self.backend):
+            if concrete.variables_hold() and concrete.run(leaves, self.backend):
                 return concrete, leaves, None
         raise ValueError(f"the loaded function {self.__name__!r}: no saved trace's guards hold for this call "
                          f"(first guard that differs: {variants[0].failed_guard()})")
 
-    def opaque_for(self, args, kwargs):
-        return False
 
 
 # -- validation ------------------------------------------------------------------------------------------

@@ -41,12 +41,6 @@ def observe_all(values, how):
             observe(v, how)
 
 
-def opaque(how):
-    """What runs now changes state no instruction records (`how` names it): the traces never replay."""
-    for trace in _traces.active:
-        trace.opaque = trace.opaque or how
-
-
 def assigned(variable, value_tensor):
     """`variable` now holds the value of `value_tensor` (a recorded tensor or a constant)."""
     for trace in _traces.active:
