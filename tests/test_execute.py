@@ -331,6 +331,35 @@ def test_per_example_gradients_of_a_batched_parameter(batch):
     np.testing.assert_allclose(recorded, full, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_recorded_masks_on_the_batch_paths(batch):
+    """Comparisons are recorded instructions now: where / relu / maximum masks pass no derivative on the
+    per-example and batch-Jacobian paths, compiled and recorded, and agree with the full Jacobian."""
+    rng = np.random.default_rng(batch)
+    x = jt.constant(rng.uniform(-1, 1, (batch, 4)))
+    w = jt.Variable(rng.uniform(-1, 1, (4, 3)))
+
+    def losses():
+        h = jt.matmul(x, w)
+        h = jt.where(h > 0.1, h * h, jt.maximum(jt.nn.relu(h), -h))
+        return h, jt.reduce_sum(h, axis=1)
+
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        h, per_example = losses()
+    full_w = tape.jacobian(per_example, w).numpy()
+    full_x = tape.jacobian(h, x).numpy()
+    rows = full_x[np.arange(batch), :, np.arange(batch), :]
+    np.testing.assert_allclose(tape.per_example_gradients(per_example, w).numpy(), full_w, rtol=1e-12)
+    np.testing.assert_allclose(tape.batch_jacobian(h, x).numpy(), rows, rtol=1e-12)
+    with jt.GradientTape() as enclosing:
+        enclosing.watch([x, w])
+        recorded_w = tape.per_example_gradients(per_example, w).numpy()
+        recorded_x = tape.batch_jacobian(h, x).numpy()
+    np.testing.assert_allclose(recorded_w, full_w, rtol=1e-12)
+    np.testing.assert_allclose(recorded_x, rows, rtol=1e-12)
+
+
 # -- which path: the recorded one only when an enclosing tape tracks what the derivative reads ---------
 def _chain(tape, x, n):
     y = x
