@@ -16,8 +16,9 @@ class Backend(abc.ABC):
     name = None
 
     @abc.abstractmethod
-    def forward(self, code, slots, iattr, fattr, arena):
-        """Recompute every instruction's output in the arena, in program order (replays)."""
+    def replay(self, code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected):
+        """A replay's forward sweep and gradient steps in program order, then its guards: whether they hold
+        (see jitape_kernels.cpu.interpreter.replay_sweep)."""
 
     @abc.abstractmethod
     def reverse(self, program, adjoint):
@@ -68,8 +69,9 @@ class CPU(Backend):
         from jitape_kernels import cpu
         self._kernels = cpu
 
-    def forward(self, code, slots, iattr, fattr, arena):
-        self._kernels.forward_sweep(code, slots, iattr, fattr, arena)
+    def replay(self, code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected):
+        return self._kernels.replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards,
+                                          expected)
 
     def reverse(self, program, adjoint):
         self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint)

@@ -43,6 +43,8 @@ def _differentiable_args(args, nums, what):
     refused, naming the argument."""
     args = list(args)
     for i in nums:
+        if type(args[i]) is Tensor and args[i]._value.dtype.kind == "f":
+            continue        # the common argument, as it is
         leaves = nest.flatten(args[i])
         fixed = []
         for leaf in leaves:
@@ -70,6 +72,15 @@ def _as_tensor(leaf):
     return leaf if isinstance(leaf, Tensor) else Tensor(np.asarray(leaf)[()])
 
 
+class _Leaf:
+    """What the results need of a differentiated argument leaf: its shape and dtype (the same for every call
+    of one traced variant, so kept with it rather than the leaf's values)."""
+    __slots__ = ("shape", "dtype", "size")
+
+    def __init__(self, value):
+        self.shape, self.dtype, self.size = value.shape, value.dtype, value.size
+
+
 class _Call:
     """One call of f through its jt.function: the variant replayed (or traced), its outputs and the slots
     of the differentiated leaves."""
@@ -82,13 +93,21 @@ class _Call:
         self.concrete = concrete
         self.outputs = concrete.finish() if traced is None else traced[0]
         self._args = [args[i] for i in nums]
+        # the variant fixes the arguments' structure, shapes and dtypes: their layout is worked out once
+        self.groups = concrete.memo.get(("arguments", nums))
+        if self.groups is None:
+            self.groups = concrete.memo["arguments", nums] = self._layout(concrete, leaves, args, kwargs, nums)
+        self.sources = [s for group in self.groups for s in group]
+
+    @staticmethod
+    def _layout(concrete, leaves, args, kwargs, nums):
+        """Per differentiated argument, (_Leaf, slot) per leaf."""
         slot_of_leaf = dict(concrete.arg_slots)
         # a Variable argument is read like any variable: its slot is a variable input (-1: f never reads it)
         slot_of_variable = {id(v): s for v, s in concrete.variable_inputs}
-        self.groups = [[(_as_tensor(leaves[i]), slot_of_variable.get(id(leaves[i]), -1)
-                         if isinstance(leaves[i], Variable) else slot_of_leaf[i]) for i in group]
-                       for group in _source_leaves(args, kwargs, nums)]
-        self.sources = [s for group in self.groups for s in group]
+        return [[(_Leaf(_as_tensor(leaves[i])), slot_of_variable.get(id(leaves[i]), -1)
+                  if isinstance(leaves[i], Variable) else slot_of_leaf[i]) for i in group]
+                for group in _source_leaves(args, kwargs, nums)]
 
     def target(self, value, what):
         """The slot of the output `value` (a Tensor) and whether it was recorded (False: a constant)."""
@@ -106,12 +125,12 @@ class _Call:
         results = []
         for group, arg in zip(self.groups, self._args):
             leaves = []
-            for tensor, _ in group:
+            for leaf, _ in group:
                 value = next(it)
-                shape = shape_of(tensor)
-                leaves.append(Tensor(np.zeros(shape, tensor.dtype)[()]) if value is None
+                shape = shape_of(leaf)
+                leaves.append(Tensor(np.zeros(shape, leaf.dtype)[()]) if value is None
                               else Tensor(np.asarray(getattr(value, "_value", value)).reshape(shape)[()]))
-            results.append(nest.pack_like(arg, leaves))
+            results.append(leaves[0] if type(arg) is Tensor else nest.pack_like(arg, leaves))
         return tuple(results) if many else results[0]
 
 

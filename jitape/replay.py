@@ -200,82 +200,91 @@ class Concrete:
         self.outputs, self.writes, self.slot_guards = outputs, writes, guards
         self.variable_guards = list(trace.variable_guards.values())
         self._plans = {}
-        self.plan_gradient_steps()
+        self.prepare()
 
-    def plan_gradient_steps(self):
-        """The derivative Program of each gradient step, a reverse sweep over the rows before it, with its own
-        adjoint buffer, the target's adjoint rows (seeded with ones) and where each gradient goes: (adjoint row,
-        size, arena offset) per source (a source the sweep does not reach has zeros)."""
-        self._gradient_programs = []
+    def prepare(self):
+        """Plan what every run needs once: the derivative rows of each gradient step (a reverse sweep over the
+        rows before it) with their seeds and the moves of their gradients into the arena, the guard tables, and
+        the arena spans of inputs, writes and outputs."""
+        step_rows, step_code, moves = [], [], []
+        n_code = n_adjoint = 0
         for position, target, pairs in self.gradient_steps:
-            sources = [s for s, _ in pairs]
             code, adjoint_rows, adjoint_size = derivative_plan(self.code[:position], self.slots,
                                                                np.array([target], np.int64),
-                                                               np.array(sources, np.int64))
-            program = Program(code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
-                              np.array([target], np.int64), np.array(sources, np.int64),
-                              tuple(np.zeros(0, np.int64) for _ in sources))
-            seed = slice(adjoint_rows[target], adjoint_rows[target] + self.slots[target, oc.SIZE]) \
-                if adjoint_rows[target] >= 0 else slice(0, 0)
-            moves = [(int(adjoint_rows[s]), int(self.slots[s, oc.SIZE]), self._span(out)) for s, out in pairs]
-            self._gradient_programs.append((program, np.zeros((int(adjoint_size), 1), self.dtype), seed, moves))
+                                                               np.array([s for s, _ in pairs], np.int64))
+            step_rows.append([position, n_code, n_code + code.shape[0], adjoint_size, adjoint_rows[target],
+                              self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs)])
+            moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], self.slots[out, oc.OFFSET]] for s, out in pairs]
+            step_code.append(code)
+            n_code += code.shape[0]
+            n_adjoint = max(n_adjoint, int(adjoint_size))
+        self._steps = np.array(step_rows, np.int64).reshape(-1, 8)
+        self._step_code = np.concatenate(step_code) if step_code else np.zeros((0, oc.W), np.int64)
+        self._moves = np.array(moves, np.int64).reshape(-1, 3)
+        self._adjoint = np.zeros((n_adjoint, 1), self.dtype)
+        guards, n_expected = [], 0
+        for slot, expected, _ in self.slot_guards:
+            guards.append([self.slots[slot, oc.OFFSET], expected.size, n_expected])
+            n_expected += expected.size
+        self._guards = np.array(guards, np.int64).reshape(-1, 3)
+        self._expected = np.concatenate([g[1] for g in self.slot_guards]) if guards else np.zeros(0, self.dtype)
+        self._arg_spans = [(i, *self._bounds(slot)) for i, slot in self.arg_slots]
+        self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
+        self._variable_spans = [(variable, *self._bounds(slot)) for variable, slot in self.variable_inputs]
+        # writes and outputs as finish() makes them: (variable, constant or None, start, stop) and
+        # (start, stop, shape, dtype) or the constant
+        self._write_spans = [(variable, source, 0, 0) if isinstance(source, np.ndarray)
+                             else (variable, None, *self._bounds(source)) for variable, source in self.writes]
+        self._output_spans = [(*self._bounds(entry[1]), *entry[2:]) if entry[0] == "slot" else entry[1]
+                              for entry in self.outputs]
 
     def __len__(self):
         return self.code.shape[0]
 
+    def _bounds(self, slot):
+        offset = int(self.slots[slot, oc.OFFSET])
+        return offset, offset + int(self.slots[slot, oc.SIZE])
+
     def _span(self, slot):
-        offset = self.slots[slot, oc.OFFSET]
-        return slice(offset, offset + self.slots[slot, oc.SIZE])
+        return slice(*self._bounds(slot))
 
     def variables_hold(self):
         """The guard on variables no instruction reads (integer counters): the values traced with."""
         return all(np.array_equal(v._value, expected) for v, expected, _ in self.variable_guards)
 
     def run(self, leaves, backend_name=None):
-        """Replay on the flat argument leaves: fill the inputs, one forward sweep. False when a guard differs
+        """Replay on the flat argument leaves: fill the inputs, one compiled call. False when a guard differs
         (nothing written then), else True with the arena holding every value of the call."""
         arena = self.arena
-        for i, slot in self.arg_slots:
+        for i, start, stop in self._arg_spans:
             leaf = leaves[i]
-            arena[self._span(slot)] = np.ravel(leaf._value if isinstance(leaf, Tensor) else leaf)
-        for variable, slot in self.variable_inputs:
-            arena[self._span(slot)] = np.ravel(variable._value)
-        runner = backend.current(backend_name)
-        start = 0
-        for (position, _, _), (program, adjoint, seed, moves) in zip(self.gradient_steps, self._gradient_programs):
-            runner.forward(self.code[start:position], self.slots, self.iattr, self.fattr, arena)
-            adjoint.fill(0)
-            adjoint[seed] = 1
-            runner.reverse(program, adjoint)
-            for row, size, out in moves:
-                arena[out] = adjoint[row:row + size, 0] if row >= 0 else 0
-            start = position
-        runner.forward(self.code[start:], self.slots, self.iattr, self.fattr, arena)
-        return all(self._holds(slot, expected) for slot, expected, _ in self.slot_guards)
-
-    def _holds(self, slot, expected):
-        """Whether the last run computed slot's traced value (flat, in the arena's dtype)."""
-        return np.array_equal(self.arena[self._span(slot)], expected, equal_nan=True)
+            value = leaf._value if isinstance(leaf, Tensor) else leaf
+            arena[start:stop] = value if value.ndim < 2 else value.reshape(-1)
+        for variable, start, stop in self._variable_spans:
+            value = variable._value
+            arena[start:stop] = value if value.ndim < 2 else value.reshape(-1)
+        return backend.current(backend_name).replay(self.code, self.slots, self.iattr, self.fattr, arena, self._steps,
+                                                    self._step_code, self._moves, self._adjoint, self._guards,
+                                                    self._expected)
 
     def failed_guard(self):
         """The description of the first guard the last run broke."""
         for slot, expected, how in self.slot_guards:
-            if not self._holds(slot, expected):
+            if not np.array_equal(self.arena[self._span(slot)], expected, equal_nan=True):
                 return how
         for v, expected, how in self.variable_guards:
             if not np.array_equal(v._value, expected):
                 return how
         return None
 
-    def value(self, slot, shape, dtype):
-        return Tensor(self.arena[self._span(slot)].astype(dtype).reshape(shape)[()])
-
     def finish(self):
         """The outputs of the last run, after writing the variables it assigns."""
-        for variable, source in self.writes:
-            value = source if isinstance(source, np.ndarray) else self.arena[self._span(source)]
-            variable._value = np.array(value, variable.dtype).reshape(variable.shape)[()]
-        leaves = [self.value(*entry[1:]) if entry[0] == "slot" else entry[1] for entry in self.outputs]
+        arena = self.arena
+        for variable, constant, start, stop in self._write_spans:
+            value = constant if constant is not None else arena[start:stop]
+            variable._value = value.astype(variable._value.dtype).reshape(variable._value.shape)[()]
+        leaves = [Tensor(arena[entry[0]:entry[1]].astype(entry[3]).reshape(entry[2])[()])
+                  if isinstance(entry, tuple) else entry for entry in self._output_spans]
         return nest.pack_like(self.structure, leaves)
 
     def program(self, targets, sources):

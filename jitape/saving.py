@@ -291,7 +291,7 @@ class _Reader:
         concrete.gradient_steps = [self.gradient_step(step, code.shape[0], slots) for step in meta["gradient_steps"]]
         if [s[0] for s in concrete.gradient_steps] != sorted(s[0] for s in concrete.gradient_steps):
             raise self.error("gradient steps out of order")
-        concrete.plan_gradient_steps()
+        concrete.prepare()
         return str(meta["key"]), concrete
 
     def gradient_step(self, step, n_code, slots):

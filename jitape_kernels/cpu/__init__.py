@@ -6,11 +6,11 @@ from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep
 from .tangents import second_order_sweep, tangent_sweep
 from ..planning import derivative_plan, plan
-from .interpreter import forward_sweep, reverse_sweep
+from .interpreter import forward_sweep, replay_sweep, reverse_sweep
 from .optimizers import adam_step, sgd_momentum_step
 
 __all__ = ["derivative_plan", "first_row_mixing", "forward_sweep", "per_example_plan", "per_example_sweep", "plan",
-           "reverse_sweep", "second_order_sweep", "tangent_sweep", "warmup_steps"]
+           "replay_sweep", "reverse_sweep", "second_order_sweep", "tangent_sweep", "warmup_steps"]
 
 
 def _empty_program(dtype):
@@ -44,6 +44,9 @@ def warmup_steps():
     for dtype in (np.float32, np.float64):
         name = np.dtype(dtype).name
         steps.append((f"forward_sweep[{name}]", lambda d=dtype: forward_sweep(*_empty_program(d))))
+        steps.append((f"replay_sweep[{name}]", lambda d=dtype: replay_sweep(
+            *_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 3), np.int64),
+            np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d))))
         steps.append((f"reverse_sweep[{name}]",
                       lambda d=dtype: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d))))
         steps.append((f"per_example_sweep[{name}]", lambda d=dtype: per_example_sweep(

@@ -178,3 +178,39 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint):
                         adjoint[j1, k] += g * db
             continue
         reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint)
+
+
+@njit(cache=True, error_model="numpy")
+def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected):
+    """A whole replay in one call: forward segments of `code`, each but the last ending at a gradient step,
+    then the guard checks; True when every guard holds.
+
+    steps    [n, 8]  position (the rows of code before the step), step_code start, stop, adjoint rows used,
+                     target's adjoint row (-1: unreached), target size, moves start, stop
+    step_code        the steps' derivative rows, each step's planned over its own adjoint rows
+    moves    [m, 3]  adjoint row (-1: the source is unreached, its gradient is zero), size, arena offset
+    adjoint  [r, 1]  one buffer serving every step (r >= each step's rows)
+    guards   [g, 3]  arena offset, size, offset in `expected` of the value the trace computed (NaN equals NaN)
+    """
+    start = 0
+    for s in range(steps.shape[0]):
+        forward_sweep(code[start:steps[s, 0]], slots, iattr, fattr, arena)
+        buffer = adjoint[:steps[s, 3]]
+        buffer[:] = 0
+        seed = steps[s, 4]
+        if seed >= 0:
+            buffer[seed:seed + steps[s, 5]] = 1
+            reverse_sweep(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, buffer)
+        for m in range(steps[s, 6], steps[s, 7]):
+            row, size, offset = moves[m, 0], moves[m, 1], moves[m, 2]
+            for i in range(size):
+                arena[offset + i] = buffer[row + i, 0] if row >= 0 and seed >= 0 else 0
+        start = steps[s, 0]
+    forward_sweep(code[start:], slots, iattr, fattr, arena)
+    for g in range(guards.shape[0]):
+        offset, size, e = guards[g, 0], guards[g, 1], guards[g, 2]
+        for i in range(size):
+            value, traced = arena[offset + i], expected[e + i]
+            if value != traced and not (value != value and traced != traced):
+                return False
+    return True
