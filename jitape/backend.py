@@ -21,8 +21,10 @@ class Backend(abc.ABC):
         (see jitape_kernels.cpu.interpreter.replay_sweep)."""
 
     @abc.abstractmethod
-    def reverse(self, program, adjoint):
-        """One reverse sweep with K = adjoint.shape[1] cotangent columns."""
+    def reverse(self, program, adjoint, written):
+        """One reverse sweep with K = adjoint.shape[1] cotangent columns from the seeded slots marked in
+        `written`, which marks the slots whose rows it wrote on return (see
+        jitape_kernels.cpu.interpreter.reverse_sweep)."""
 
     @abc.abstractmethod
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
@@ -73,8 +75,9 @@ class CPU(Backend):
         return self._kernels.replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards,
                                           expected)
 
-    def reverse(self, program, adjoint):
-        self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint)
+    def reverse(self, program, adjoint, written):
+        self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
+                                    written)
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
         self._kernels.tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,

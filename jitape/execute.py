@@ -40,28 +40,61 @@ def _arena(size, dtype):
     return _workspace.take("arena", size, dtype)
 
 
-def _zeroed_adjoint(program, K):
-    adjoint = _workspace.take("adjoint", program.adjoint_size * K, program.dtype).reshape(program.adjoint_size, K)
-    adjoint.fill(0)
+def _adjoint(program, K):
+    """The [adjoint_size, K] adjoint buffer, uninitialised: the sweep initialises each slot's rows on their first
+    write, and the seeds' rows are written before it (see reverse_sweep)."""
+    return _workspace.take("adjoint", program.adjoint_size * K, program.dtype).reshape(program.adjoint_size, K)
+
+
+def _sweep(program, adjoint, written, runner=None, complete=False):
+    """One reverse sweep from the seeded slots marked in `written`. Afterwards the sources' rows hold their
+    cotangents, zeros where the sweep never reached them; with `complete`, every active slot's rows do."""
+    (runner or backend.current()).reverse(program, adjoint, written)
+    if complete:
+        unwritten = np.flatnonzero(~written & (program.adjoint_rows >= 0)).tolist()
+    else:
+        unwritten = [s for i in range(len(program.sources)) for s in _source_slots(program, i) if not written[s]]
+    for s in unwritten:
+        adjoint[program.adjoint_rows[s]:program.adjoint_rows[s] + program.slots[s, oc.SIZE]] = 0
     return adjoint
 
 
-def _sweep(program, adjoint, runner=None):
-    (runner or backend.current()).reverse(program, adjoint)
-    return adjoint
-
-
-def reverse(program, seeds, runner=None):
-    """Adjoint buffer [adjoint_size, K] after one sweep on `runner` (default: the current backend); seeds[i] is
-    target i's [size, K] cotangent block."""
+def reverse(program, seeds, runner=None, complete=False, out=None):
+    """Adjoint buffer [adjoint_size, K] (`out`, or a workspace buffer) after one sweep on `runner` (default: the
+    current backend); seeds[i] is target i's [size, K] cotangent block. The sources' rows hold their
+    cotangents (every active slot's rows with `complete`)."""
     K = next((s.shape[1] for s in seeds if s is not None), 1)
-    adjoint = _zeroed_adjoint(program, K)
+    adjoint = _adjoint(program, K) if out is None else out
+    written = np.zeros(program.slots.shape[0], np.bool_)
     for slot, seed in zip(program.targets, seeds):
         if slot >= 0 and seed is not None:
             row = program.adjoint_rows[slot]
             if row >= 0:
+                if not written[slot]:
+                    adjoint[row:row + seed.shape[0]] = 0
+                    written[slot] = True
                 adjoint[row:row + seed.shape[0]] += seed
-    return _sweep(program, adjoint, runner)
+    return _sweep(program, adjoint, written, runner, complete)
+
+
+def _unit_cotangents(program):
+    """The complete adjoint [adjoint_size, 1] of the scalar target seeded with one. A Program that keeps its
+    cotangents computes it once (in a buffer of its own) and serves every later gradient, HVP and Hessian."""
+    kept = program.__dict__.get("cotangents")
+    if kept is not None:
+        return kept
+    seed = [np.ones((1, 1), program.dtype)]
+    if not program.keeps_cotangents:
+        return reverse(program, seed, complete=True)
+    program.cotangents = reverse(program, seed, complete=True,
+                                 out=np.empty((program.adjoint_size, 1), program.dtype))
+    return program.cotangents
+
+
+def _unit_seed(program, seeds):
+    """Whether `seeds` is one scalar target's seed of one (the plain gradient of a loss)."""
+    return (len(seeds) == 1 and program.targets[0] >= 0 and program.slots[program.targets[0], oc.SIZE] == 1
+            and seeds[0] is not None and np.size(seeds[0]) == 1 and float(np.ravel(seeds[0])[0]) == 1.0)
 
 
 def _seed_identity(block, batch, features, row, column, count):
@@ -73,12 +106,16 @@ def _seed_identity(block, batch, features, row, column, count):
 
 
 def _identity_sweep(program, batch, features, start, k):
-    """Adjoint buffer [adjoint_size, k] after one reverse sweep seeded with _seed_identity on the target."""
-    adjoint = _zeroed_adjoint(program, k)
+    """Adjoint buffer [adjoint_size, k] after one reverse sweep seeded with _seed_identity on the target (the
+    sources' rows hold their cotangents)."""
+    adjoint = _adjoint(program, k)
+    written = np.zeros(program.slots.shape[0], np.bool_)
     row = program.adjoint_rows[program.targets[0]] if program.targets[0] >= 0 else -1
     if row >= 0:
+        adjoint[row:row + batch * features] = 0
         _seed_identity(adjoint[row:row + batch * features], batch, features, start, 0, k)
-    return _sweep(program, adjoint)
+        written[program.targets[0]] = True
+    return _sweep(program, adjoint, written)
 
 
 def _source_slots(program, i):
@@ -150,7 +187,8 @@ def source_gradients(program, seeds, sources):
     shapes and dtypes)."""
     blocks = [None if s is None else np.asarray(s._value if isinstance(s, Tensor) else s).reshape(-1, 1)
               for s in seeds]
-    adjoint = reverse(program, blocks)
+    adjoint = _unit_cotangents(program) if program.keeps_cotangents and _unit_seed(program, blocks) \
+        else reverse(program, blocks)
     grads = []
     for s, block in zip(sources, source_blocks(program, adjoint)):
         grads.append(None if block is None else Tensor(block[:, 0].astype(s.dtype).reshape(s.shape)[()]))
@@ -234,7 +272,7 @@ def source_hessian(program, source, directions=None):
     if not rows or _target_row(program) < 0:
         return None
     n = source.size
-    adjoint = reverse(program, [np.ones((1, 1), program.dtype)])
+    adjoint = _unit_cotangents(program)
     total = n if directions is None else directions.shape[1]
     chunk = _columns_per_sweep(program, total, buffers=2)
     result = np.empty((n, total), program.dtype)

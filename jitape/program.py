@@ -26,6 +26,14 @@ class Program:
     targets: np.ndarray         # slot of each target (-1: not recorded on the tape)
     sources: np.ndarray         # slot of each source (-1: not recorded on the tape)
     source_aliases: tuple       # per source: slots of its earlier values (a variable assigned while recorded)
+    # the arena never changes (a persistent tape's Program): the cotangents of its scalar target seeded with one
+    # are kept once a sweep computed them, so a gradient and then an HVP or a Hessian share one reverse sweep
+    keeps_cotangents: bool = False
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("cotangents", None)       # a cache, not part of the Program
+        return state
 
     def __len__(self):
         return self.code.shape[0]
@@ -95,6 +103,7 @@ def lower(tape, targets, sources, allocate=np.empty):
         if len(tape._programs) >= _PROGRAMS_KEPT:
             tape._programs.pop(next(iter(tape._programs)))
         program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, np.empty)
+        program.keeps_cotangents = True
     return program
 
 

@@ -212,16 +212,16 @@ class Concrete:
             code, adjoint_rows, adjoint_size = derivative_plan(self.code[:position], self.slots,
                                                                np.array([target], np.int64),
                                                                np.array([s for s, _ in pairs], np.int64))
-            step_rows.append([position, n_code, n_code + code.shape[0], adjoint_size, adjoint_rows[target],
-                              self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs)])
-            moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], self.slots[out, oc.OFFSET]] for s, out in pairs]
+            step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
+                              self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])
+            moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], self.slots[out, oc.OFFSET], s] for s, out in pairs]
             step_code.append(code)
             n_code += code.shape[0]
             n_adjoint = max(n_adjoint, int(adjoint_size))
         self._steps = np.array(step_rows, np.int64).reshape(-1, 8)
         self._step_code = np.concatenate(step_code) if step_code else np.zeros((0, oc.W), np.int64)
-        self._moves = np.array(moves, np.int64).reshape(-1, 3)
-        self._adjoint = np.zeros((n_adjoint, 1), self.dtype)
+        self._moves = np.array(moves, np.int64).reshape(-1, 4)
+        self._adjoint = np.empty((n_adjoint, 1), self.dtype)
         guards, n_expected = [], 0
         for slot, expected, _ in self.slot_guards:
             guards.append([self.slots[slot, oc.OFFSET], expected.size, n_expected])

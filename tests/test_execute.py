@@ -456,3 +456,36 @@ def test_recorded_per_example_gradients_of_parameters_computed_from_the_sources(
     e = np.zeros_like(b0)
     e[0] = 1e-6
     assert float(gb.numpy()[0]) == pytest.approx((total_at(w0, b0 + e) - total_at(w0, b0 - e)) / 2e-6, rel=1e-5)
+
+
+def test_a_gradient_then_hvps_and_a_hessian_share_one_reverse_sweep(monkeypatch):
+    """On a persistent tape the cotangents of the loss are computed once: the gradient, every HVP and the
+    Hessian after it reuse them (and give the numbers a fresh tape gives)."""
+    from jitape import backend
+    sweeps = []
+    reverse = backend.CPU.reverse
+    monkeypatch.setattr(backend.CPU, "reverse", lambda self, *a: (sweeps.append(1), reverse(self, *a))[1])
+    rng = np.random.default_rng(0)
+    points, centers = jt.constant(rng.normal(size=(50, 3))), jt.constant(rng.normal(size=(4, 3)))
+
+    def kmeans(tape):
+        with tape:
+            tape.watch(centers)
+            distances = jt.reduce_sum(jt.square(points[:, None, :] - centers[None]), axis=2)
+            return jt.reduce_sum(jt.reduce_min(distances, axis=1))
+
+    tape = jt.GradientTape(persistent=True)
+    cost = kmeans(tape)
+    g = tape.gradient(cost, centers)
+    hvps = [tape.hessian_vector_product(cost, centers, v) for v in (jt.ones((4, 3), "float64"), centers)]
+    h = tape.hessian(cost, centers)
+    assert len(sweeps) == 1
+    for i, v in enumerate((jt.ones((4, 3), "float64"), centers)):
+        fresh = jt.GradientTape(persistent=True)
+        c = kmeans(fresh)
+        np.testing.assert_array_equal(hvps[i].numpy(), fresh.hessian_vector_product(c, centers, v).numpy())
+    fresh = jt.GradientTape(persistent=True)
+    c = kmeans(fresh)
+    np.testing.assert_array_equal(g.numpy(), fresh.gradient(c, centers).numpy())
+    np.testing.assert_array_equal(h.numpy(), fresh.hessian(c, centers).numpy())
+    np.testing.assert_allclose(h.numpy().reshape(12, 12) @ np.ones(12), hvps[0].numpy().reshape(-1), rtol=1e-12)

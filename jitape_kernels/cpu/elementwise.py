@@ -361,38 +361,47 @@ def unary_second(op, x, y, g_out, t_in, gt_in, p0, p1):
 
 
 @njit(cache=True, error_model="numpy")
-def unary_reverse_1d(op, x, y, g_out, g_in, p0, p1):
-    """K = 1 on contiguous 1-D adjoints: the common rules in the arrays' dtype, so LLVM vectorises them."""
+def unary_reverse_1d(op, x, y, g_out, g_in, p0, p1, assign):
+    """K = 1 on contiguous 1-D adjoints: the common rules in the arrays' dtype, so LLVM vectorises them.
+    assign: g_in's first write (its rows hold no values yet), so it is set rather than added to."""
     n = x.size
     if op == oc.COPY:
         for i in range(n):
-            g_in[i] += g_out[i]
+            _put(g_in, i, g_out[i], assign)
     elif op == oc.NEG:
         for i in range(n):
-            g_in[i] -= g_out[i]
+            _put(g_in, i, -g_out[i], assign)
     elif op == oc.SCALE:
         c = g_out.dtype.type(p0)
         for i in range(n):
-            g_in[i] += g_out[i] * c
+            _put(g_in, i, g_out[i] * c, assign)
     elif op == oc.RELU:
         for i in range(n):
-            if x[i] > 0:
-                g_in[i] += g_out[i]
+            _put(g_in, i, g_out[i] if x[i] > 0 else g_out.dtype.type(0), assign)
     elif op == oc.SQUARE:
         for i in range(n):
-            g_in[i] += g_out[i] * (x[i] + x[i])
+            _put(g_in, i, g_out[i] * (x[i] + x[i]), assign)
     elif op == oc.EXP:
         for i in range(n):
-            g_in[i] += g_out[i] * y[i]
+            _put(g_in, i, g_out[i] * y[i], assign)
     elif op == oc.TANH:
         for i in range(n):
-            g_in[i] += g_out[i] * (1 - y[i] * y[i])
+            _put(g_in, i, g_out[i] * (1 - y[i] * y[i]), assign)
     elif op == oc.SIGMOID:
         for i in range(n):
-            g_in[i] += g_out[i] * (y[i] * (1 - y[i]))
+            _put(g_in, i, g_out[i] * (y[i] * (1 - y[i])), assign)
     else:
         for i in range(n):
-            g_in[i] += g_out[i] * unary_derivative(op, x[i], y[i], p0, p1)
+            _put(g_in, i, g_out[i] * unary_derivative(op, x[i], y[i], p0, p1), assign)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _put(g, i, value, assign):
+    """g[i] = value on a first write, else g[i] += value (assign is loop-invariant: LLVM unswitches it)."""
+    if assign:
+        g[i] = value
+    else:
+        g[i] += value
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -558,34 +567,35 @@ def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b, live_a
 
 
 @njit(cache=True, error_model="numpy")
-def binary_reverse_1d(op, a, b, y, g_out, g_a, g_b, want_a, want_b):
-    """K = 1 on contiguous 1-D adjoints: add, subtract and multiply as plain vector loops."""
+def binary_reverse_1d(op, a, b, y, g_out, g_a, g_b, want_a, want_b, assign_a, assign_b):
+    """K = 1 on contiguous 1-D adjoints: add, subtract and multiply as plain vector loops. assign_a/_b: the
+    first write of g_a/g_b (set rather than added; g_a's rows come first when both are one slot)."""
     n = a.size
     if op == oc.ADD or op == oc.SUB:
         if want_a:
             for i in range(n):
-                g_a[i] += g_out[i]
+                _put(g_a, i, g_out[i], assign_a)
         if want_b:
             if op == oc.ADD:
                 for i in range(n):
-                    g_b[i] += g_out[i]
+                    _put(g_b, i, g_out[i], assign_b)
             else:
                 for i in range(n):
-                    g_b[i] -= g_out[i]
+                    _put(g_b, i, -g_out[i], assign_b)
     elif op == oc.MUL:
         if want_a:
             for i in range(n):
-                g_a[i] += g_out[i] * b[i]
+                _put(g_a, i, g_out[i] * b[i], assign_a)
         if want_b:
             for i in range(n):
-                g_b[i] += g_out[i] * a[i]
+                _put(g_b, i, g_out[i] * a[i], assign_b)
     else:
         for i in range(n):
             da, db = binary_partials(op, a[i], b[i], y[i])
             if want_a:
-                g_a[i] += g_out[i] * da
+                _put(g_a, i, g_out[i] * da, assign_a)
             if want_b:
-                g_b[i] += g_out[i] * db
+                _put(g_b, i, g_out[i] * db, assign_b)
 
 
 @njit(cache=True, error_model="numpy")

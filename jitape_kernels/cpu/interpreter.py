@@ -76,8 +76,10 @@ def forward_sweep(code, slots, iattr, fattr, arena):
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
-    """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs."""
+def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0=False, assign1=False):
+    """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs.
+    assign0/assign1: input 0's / input 1's rows are first written here and hold no values yet (only the K = 1
+    elementwise kernels take them: they set those rows; the caller zeroes the rows of the others)."""
     K = adjoint.shape[1]
     op = code[r, oc.OP]
     a = code[r, oc.ATTR]
@@ -97,7 +99,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
         if j0 >= 0:
             p0, p1 = params(op, iattr, fattr, a)
             if K == 1:
-                unary_reverse_1d(op, x, y, flat[go:go + size], flat[j0:j0 + n0], p0, p1)
+                unary_reverse_1d(op, x, y, flat[go:go + size], flat[j0:j0 + n0], p0, p1, assign0)
             else:
                 unary_reverse(op, x, y, g_out, g0, p0, p1)
         return
@@ -110,7 +112,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
         if op <= oc.BINARY_LAST and K == 1:
             # an inactive input (row -1) gets a placeholder view that the kernel never writes
             binary_reverse_1d(op, x, w, y, flat[go:go + size], flat[max(j0, 0):max(j0, 0) + n0],
-                              flat[max(j1, 0):max(j1, 0) + n1], j0 >= 0, j1 >= 0)
+                              flat[max(j1, 0):max(j1, 0) + n1], j0 >= 0, j1 >= 0, assign0, assign1)
         elif op <= oc.BINARY_LAST:
             binary_reverse(op, x, w, y, g_out, g0, g1, j0 >= 0, j1 >= 0)
         elif op == oc.MATMUL:
@@ -142,15 +144,31 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint):
         inv_reverse(iattr, a, y, g_out, g0)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _accumulate(adjoint, j, k, value, first):
+    if first:
+        adjoint[j, k] = value
+    else:
+        adjoint[j, k] += value
+
+
 @njit(cache=True, error_model="numpy")
-def reverse_sweep(code, slots, iattr, fattr, arena, adjoint):
+def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
     """Accumulate K cotangent columns from outputs into inputs, last instruction first.
 
+    Only the rows of slots marked in `written` (per slot: the seeded targets) hold
+    values on entry; a slot's rows are initialised by their first write (set by
+    the elementwise kernels, zeroed before the others add to them) and marked, so
+    no buffer is filled per call. An instruction whose output was never written
+    has a zero cotangent and is skipped. On return `written` marks every slot
+    whose rows hold values: the others' cotangents are zero.
     Rows whose output is inactive were pruned at lowering; an inactive input
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
     K = adjoint.shape[1]
     for r in range(code.shape[0] - 1, -1, -1):
+        if not written[code[r, oc.OUT]]:
+            continue
         op = code[r, oc.OP]
         a = code[r, oc.ATTR]
         size = slots[code[r, oc.OUT], oc.SIZE]
@@ -160,24 +178,43 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint):
             # scalar chains: no array views, the rule inlined
             i0 = code[r, oc.IN0_OFF]
             j0 = code[r, oc.IN0_ADJ]
+            first0 = j0 >= 0 and not written[code[r, oc.IN0]]
+            if j0 >= 0:
+                written[code[r, oc.IN0]] = True
             if op <= oc.UNARY_LAST:
                 if j0 >= 0:
                     p0, p1 = params(op, iattr, fattr, a)
                     d = unary_derivative(op, arena[i0], arena[o], p0, p1)
                     for k in range(K):
-                        adjoint[j0, k] += adjoint[go, k] * d
+                        _accumulate(adjoint, j0, k, adjoint[go, k] * d, first0)
             else:
                 i1 = code[r, oc.IN1_OFF]
                 j1 = code[r, oc.IN1_ADJ]
+                first1 = j1 >= 0 and not written[code[r, oc.IN1]]
+                if j1 >= 0:
+                    written[code[r, oc.IN1]] = True
                 da, db = binary_partials(op, arena[i0], arena[i1], arena[o])
                 for k in range(K):
                     g = adjoint[go, k]
                     if j0 >= 0:
-                        adjoint[j0, k] += g * da
+                        _accumulate(adjoint, j0, k, g * da, first0)
                     if j1 >= 0:
-                        adjoint[j1, k] += g * db
+                        _accumulate(adjoint, j1, k, g * db, first1)
             continue
-        reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint)
+        elementwise = K == 1 and op <= oc.BINARY_LAST
+        assign0 = assign1 = False
+        for c in range(oc.IN0, oc.IN2 + 1):
+            s = code[r, c]
+            j = code[r, c + oc.IN0_ADJ - oc.IN0]
+            if s >= 0 and j >= 0 and not written[s]:
+                written[s] = True
+                if elementwise and c == oc.IN0:
+                    assign0 = True
+                elif elementwise and c == oc.IN1:
+                    assign1 = True
+                else:
+                    adjoint[j:j + slots[s, oc.SIZE]] = 0
+        reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0, assign1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -185,26 +222,28 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     """A whole replay in one call: forward segments of `code`, each but the last ending at a gradient step,
     then the guard checks; True when every guard holds.
 
-    steps    [n, 8]  position (the rows of code before the step), step_code start, stop, adjoint rows used,
-                     target's adjoint row (-1: unreached), target size, moves start, stop
+    steps    [n, 8]  position (the rows of code before the step), step_code start, stop, the target's adjoint
+                     row (-1: unreached), target size, moves start, stop, target slot
     step_code        the steps' derivative rows, each step's planned over its own adjoint rows
-    moves    [m, 3]  adjoint row (-1: the source is unreached, its gradient is zero), size, arena offset
+    moves    [m, 4]  adjoint row (-1: the source is unreached, its gradient is zero), size, arena offset, source
+                     slot (its gradient is zero too when the sweep never wrote it)
     adjoint  [r, 1]  one buffer serving every step (r >= each step's rows)
     guards   [g, 3]  arena offset, size, offset in `expected` of the value the trace computed (NaN equals NaN)
     """
+    written = np.zeros(slots.shape[0], np.bool_)
     start = 0
     for s in range(steps.shape[0]):
         forward_sweep(code[start:steps[s, 0]], slots, iattr, fattr, arena)
-        buffer = adjoint[:steps[s, 3]]
-        buffer[:] = 0
-        seed = steps[s, 4]
+        written[:] = False
+        seed = steps[s, 3]
         if seed >= 0:
-            buffer[seed:seed + steps[s, 5]] = 1
-            reverse_sweep(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, buffer)
-        for m in range(steps[s, 6], steps[s, 7]):
-            row, size, offset = moves[m, 0], moves[m, 1], moves[m, 2]
+            adjoint[seed:seed + steps[s, 4]] = 1
+            written[steps[s, 7]] = True
+            reverse_sweep(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written)
+        for m in range(steps[s, 5], steps[s, 6]):
+            row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
             for i in range(size):
-                arena[offset + i] = buffer[row + i, 0] if row >= 0 and seed >= 0 else 0
+                arena[offset + i] = adjoint[row + i, 0] if row >= 0 and written[source] else 0
         start = steps[s, 0]
     forward_sweep(code[start:], slots, iattr, fattr, arena)
     for g in range(guards.shape[0]):
