@@ -69,6 +69,9 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose):
     """The reduction's Jacobian over K columns: out += J in (tangents) or, transposed, in += J^T out
     (cotangents)."""
     K = out_rows.shape[1]
+    if op == oc.SUM:
+        _sum_linear(out_rows, in_rows, outer, n, inner, transpose)
+        return
     d = np.empty(n)
     for o in range(outer):
         for i in range(inner):
@@ -82,6 +85,34 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose):
                         in_rows[e, k] += out_rows[r, k] * d[a]
                     else:
                         out_rows[r, k] += d[a] * in_rows[e, k]
+
+
+@njit(cache=True, error_model="numpy")
+def _sum_linear(out_rows, in_rows, outer, n, inner, transpose):
+    """SUM's Jacobian is all ones: out += sum of in (tangents) or, transposed, in += out broadcast
+    (cotangents), with no partials computed; K = 1 gets its own loops, so no column loop runs per entry."""
+    K = out_rows.shape[1]
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            r = o * inner + i
+            if K == 1 and transpose:
+                g = out_rows[r, 0]
+                for a in range(n):
+                    in_rows[base + a * inner, 0] += g
+            elif K == 1:
+                acc = out_rows[r, 0]
+                for a in range(n):
+                    acc += in_rows[base + a * inner, 0]
+                out_rows[r, 0] = acc
+            else:
+                for a in range(n):
+                    e = base + a * inner
+                    for k in range(K):
+                        if transpose:
+                            in_rows[e, k] += out_rows[r, k]
+                        else:
+                            out_rows[r, k] += in_rows[e, k]
 
 
 @njit(cache=True, error_model="numpy")
