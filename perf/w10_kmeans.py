@@ -76,7 +76,7 @@ def add_jitape(table, fwd, jt):
         tape.watch(c)
         y = f(c, x)
     table.add("jitape gradient + hvp only", lambda: [tape.gradient(y, c), tape.hessian_vector_product(y, c, v)],
-              note="one persistent tape, both called repeatedly (no recording)")
+              note="one persistent tape, both called repeatedly (no recording; cotangents kept after the first call)")
     grad, hvp = jt.grad(f), jt.hessian_vector_product(f)
     table.add("jitape jt.grad + jt.hessian_vector_product (replay)", lambda: [grad(c, x), hvp(v, c, x)],
               note="first call = traces; then replays")

@@ -57,7 +57,7 @@ def add_jitape_sweep(table, jt):
     program = tape.program(y, x)
     per = ("instruction", len(program))
     table.add("jitape gradient only", lambda: tape.gradient(y, x), per=per,
-              note="persistent tape, gradient called repeatedly")
+              note="persistent tape, gradient called repeatedly (its cotangents are kept after the first call)")
     seed = [np.ones((1, 1), program.dtype)]
     table.add("jitape sweep alone (internal)", lambda: execute.reverse(program, seed), per=per,
               note="jitape.execute.reverse(program)",

@@ -66,7 +66,7 @@ def add_jitape(grad, fwd, jt):
     with jt.GradientTape(persistent=True) as tape:
         loss = mlp(x, y, variables, jt.nn.relu, jt.reduce_mean)
     grad.add("jitape gradient only", lambda: tape.gradient(loss, variables),
-             note="persistent tape, gradient called repeatedly (lowering + sweep)")
+             note="persistent tape, gradient called repeatedly (its cotangents are kept after the first call)")
     fwd.add("jitape eager", lambda: mlp(x, y, variables, jt.nn.relu, jt.reduce_mean), note="no tape")
     grad.add("jitape jt.function(gradient)", jt.function(gradient), note="first call = trace; then replays")
     fwd.add("jitape jt.function(forward)", jt.function(lambda: mlp(x, y, variables, jt.nn.relu, jt.reduce_mean)),

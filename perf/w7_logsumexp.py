@@ -49,7 +49,7 @@ def add_jitape(grad, fwd, n, jt):
         tape.watch(x)
         y = jt.reduce_logsumexp(x)
     grad.add("jitape gradient only", lambda: tape.gradient(y, x),
-             note="persistent tape, gradient called repeatedly (lowering + sweep)", repeat=_repeat(n))
+             note="persistent tape, gradient called repeatedly (cotangents kept)", repeat=_repeat(n))
     grad.add("jitape jt.grad (replay)", lambda g=jt.grad(lambda v: jt.reduce_logsumexp(v)): g(x),
              note="first call = trace; then replays", repeat=_repeat(n))
     fwd.add("jitape eager", lambda: jt.reduce_logsumexp(x), note="no tape", repeat=_repeat(n))

@@ -145,7 +145,7 @@ def add_jitape(grad, fwd, d, k, jt):
         tape.watch(params)
         y = f(alphas, means, icf, x)
     grad.add("jitape gradient only", lambda: tape.gradient(y, params),
-             note="persistent tape, gradient called repeatedly (lowering + sweep)")
+             note="persistent tape, gradient called repeatedly (its cotangents are kept after the first call)")
     g = jt.grad(f, argnums=(0, 1, 2))
     grad.add("jitape jt.grad (replay)", lambda: g(alphas, means, icf, x), note="first call = trace; then replays")
     fwd.add("jitape eager", lambda: f(alphas, means, icf, x), note="no tape")

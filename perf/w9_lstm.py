@@ -150,7 +150,7 @@ def add_jitape(grad, fwd, jt):
         tape.watch(params)
         y = f(main, extra, state, sequence)
     grad.add("jitape gradient only", lambda: tape.gradient(y, params),
-             note="persistent tape, gradient called repeatedly (lowering + sweep)", repeat=REPEAT, warmup=WARMUP)
+             note="persistent tape, gradient called repeatedly (cotangents kept)", repeat=REPEAT, warmup=WARMUP)
     g = jt.grad(f, argnums=(0, 1))
     grad.add("jitape jt.grad (replay)", lambda: g(main, extra, state, sequence),
              note="first call = trace; then replays", repeat=REPEAT, warmup=WARMUP)
