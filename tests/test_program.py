@@ -53,19 +53,25 @@ def _program(values, steps, ct):
     return inputs, jt.reduce_sum(pool[-1] * ct)
 
 
+def _recorded(values, steps, ct):
+    """(a persistent tape, its watched inputs, the pool of tensors, the loss) of one random program."""
+    inputs = [jt.constant(v) for v in values]
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(inputs)
+        pool = list(inputs)
+        for step, seed in steps:
+            pool.append(_apply(step, seed, pool))
+        loss = jt.reduce_sum(pool[-1] * ct)
+    return tape, inputs, pool, loss
+
+
 @settings(max_examples=40, deadline=None)
 @given(STEPS, st.integers(0, 10**6))
 def test_random_programs_agree_on_both_paths_and_with_finite_differences(steps, seed):
     rng = np.random.default_rng(seed)
     values = [rng.uniform(-1.5, 1.5, (3, 4)) for _ in range(3)]
     ct = rng.uniform(0.5, 1.5, (3, 4))
-    inputs = [jt.constant(v) for v in values]
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(inputs)
-        pool = list(inputs)
-        for step, s in steps:
-            pool.append(_apply(step, s, pool))
-        loss = jt.reduce_sum(pool[-1] * ct)
+    tape, inputs, pool, loss = _recorded(values, steps, ct)
     compiled = tape.gradient(loss, inputs, unconnected_gradients="zero")
     with jt.GradientTape() as enclosing:      # watching the inputs selects the recorded path
         enclosing.watch(inputs)
@@ -99,13 +105,8 @@ def test_sweeps_read_no_row_before_writing_it(steps, seed):
     ct = rng.uniform(0.5, 1.5, (3, 4))
 
     def derivatives():
-        inputs = [jt.constant(v) for v in values]
-        with jt.GradientTape(persistent=True) as tape:
-            tape.watch(inputs)
-            pool = list(inputs)
-            for step, s in steps:
-                pool.append(_apply(step, s, pool))
-            loss = jt.reduce_sum(pool[-1] * ct)
+        tape, inputs, pool, loss = _recorded(values, steps, ct)
+        with tape:
             tall = jt.concat([pool[-1], pool[-1] * 2.0], axis=0)     # 24 rows: forward mode w.r.t. 12 entries
         found = tape.gradient([loss, jt.reduce_sum(pool[-2])], inputs, unconnected_gradients="zero")
         found += tape.jacobian(pool[-1], inputs, unconnected_gradients="zero")
