@@ -163,6 +163,12 @@ def _profile(fn, calls=20):
     return out.getvalue()
 
 
+# (gradient row, forward row) of the rows most workloads have, for Table.note_costs
+GRADIENT_COST_ROWS = (("jitape eager", "jitape eager"), ("TF eager", "TF eager"), ("tf.function", "tf.function"),
+                      ("torch eager", "torch eager"), ("jax.jit(jax.grad)", "jax.jit"),
+                      ("numpy hand-written fwd+bwd (limit)", "numpy (limit)"))
+
+
 class Table:
     """Rows of one workload, timed as they are added; `baseline` names the
     jitape row the ratios are taken against."""
@@ -206,6 +212,14 @@ class Table:
 
     def median(self, name):
         return next((r[2] for r in self.rows if r[0] == name), None)
+
+    def note_costs(self, forward, pairs, what="gradient"):
+        """Notes `- what/forward cost, F: ratio` for each (row of this table, row F of the `forward` table)
+        pair where both rows were timed."""
+        for row, forward_row in pairs:
+            timed, base = self.median(row), forward.median(forward_row)
+            if timed and base:
+                self.notes.append(f"- {what}/forward cost, {forward_row}: {timed / base:.2f}")
 
     def render(self):
         base = self.median(self.baseline)

@@ -182,12 +182,10 @@ def tables():
     groups = [("jitape", add_jitape), ("tensorflow", add_tensorflow), ("torch", add_torch),
               ("jax", add_jax), ("autograd", add_autograd), ("numpy", add_numpy)]
     harness.add_all(table, groups, extra=(fwd,))
-    for pair_row, fwd_row in [("jitape eager", "jitape eager"), ("TF eager (nested tapes)", "TF eager"),
-                              ("torch eager (double backward)", "torch eager"),
-                              ("jax.jit(grad + jvp(grad))", "jax.jit"), ("numpy analytic (limit)", "numpy (limit)")]:
-        p, f = table.median(pair_row), fwd.median(fwd_row)
-        if p and f:
-            table.notes.append(f"- (gradient + Hv)/forward cost, {fwd_row}: {p / f:.2f}")
+    table.note_costs(fwd, [("jitape eager", "jitape eager"), ("TF eager (nested tapes)", "TF eager"),
+                           ("torch eager (double backward)", "torch eager"),
+                           ("jax.jit(grad + jvp(grad))", "jax.jit"), ("numpy analytic (limit)", "numpy (limit)")],
+                     what="(gradient + Hv)")
     return [table, fwd]
 
 

@@ -149,13 +149,7 @@ def tables():
     groups = [("jitape", add_jitape), ("tensorflow", add_tensorflow), ("torch", add_torch),
               ("jax", add_jax), ("autograd", add_autograd), ("numpy", add_numpy)]
     harness.add_all(grad, groups, extra=(fwd,))
-    for grad_row, fwd_row in [("jitape eager", "jitape eager"), ("TF eager", "TF eager"),
-                              ("tf.function", "tf.function"), ("torch eager", "torch eager"),
-                              ("jax.jit(jax.grad)", "jax.jit"),
-                              ("numpy hand-written fwd+bwd (limit)", "numpy (limit)")]:
-        g, f = grad.median(grad_row), fwd.median(fwd_row)
-        if g and f:
-            grad.notes.append(f"- gradient/forward cost, {fwd_row}: {g / f:.2f}")
+    grad.note_costs(fwd, harness.GRADIENT_COST_ROWS)
     return [grad, fwd]
 
 
