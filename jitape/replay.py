@@ -229,14 +229,14 @@ class Concrete:
         self._guards = np.array(guards, np.int64).reshape(-1, 3)
         self._expected = np.concatenate([g[1] for g in self.slot_guards]) if guards else np.zeros(0, self.dtype)
         self._arg_spans = [(i, *self._bounds(slot)) for i, slot in self.arg_slots]
-        self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
         self._variable_spans = [(variable, *self._bounds(slot)) for variable, slot in self.variable_inputs]
         # writes and outputs as finish() makes them: (variable, constant or None, start, stop) and
-        # (start, stop, shape, dtype) or the constant
+        # (constant or None, start, stop, shape, dtype)
         self._write_spans = [(variable, source, 0, 0) if isinstance(source, np.ndarray)
                              else (variable, None, *self._bounds(source)) for variable, source in self.writes]
-        self._output_spans = [(*self._bounds(entry[1]), *entry[2:]) if entry[0] == "slot" else entry[1]
-                              for entry in self.outputs]
+        self._output_spans = [(None, *self._bounds(entry[1]), *entry[2:]) if entry[0] == "slot"
+                              else (entry[1], 0, 0, None, None) for entry in self.outputs]
+        self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
 
     def __len__(self):
         return self.code.shape[0]
@@ -283,8 +283,8 @@ class Concrete:
         for variable, constant, start, stop in self._write_spans:
             value = constant if constant is not None else arena[start:stop]
             variable._value = value.astype(variable._value.dtype).reshape(variable._value.shape)[()]
-        leaves = [Tensor(arena[entry[0]:entry[1]].astype(entry[3]).reshape(entry[2])[()])
-                  if isinstance(entry, tuple) else entry for entry in self._output_spans]
+        leaves = [constant if constant is not None else Tensor(arena[start:stop].astype(dtype).reshape(shape)[()])
+                  for constant, start, stop, shape, dtype in self._output_spans]
         return nest.pack_like(self.structure, leaves)
 
     def program(self, targets, sources):

@@ -99,7 +99,7 @@ def _poisoned(self, name, size, dtype):
 def test_sweeps_read_no_row_before_writing_it(steps, seed):
     """Cotangent rows are initialised by their first write, never by a fill of the buffer: with every executor
     buffer handed out full of NaN, gradients (several targets), Jacobians (K columns, both modes) and Hessians
-    are the same numbers."""
+    are the same numbers, also chunked one column per sweep."""
     rng = np.random.default_rng(seed)
     values = [rng.uniform(-1.5, 1.5, (3, 4)) for _ in range(3)]
     ct = rng.uniform(0.5, 1.5, (3, 4))
@@ -117,12 +117,15 @@ def test_sweeps_read_no_row_before_writing_it(steps, seed):
     clean = derivatives()
     with mock.patch.object(execute._Workspace, "take", _poisoned):
         poisoned = derivatives()
-    for c, p in zip(clean, poisoned):
+        with mock.patch.object(jt.config, "jacobian_memory_bytes", 1):     # one column per sweep
+            chunked = derivatives()
+    for c, p, q in zip(clean, poisoned, chunked):
         if c is None:
-            assert p is None
+            assert p is None and q is None
         else:
-            assert not np.isnan(p).any()
+            assert not np.isnan(p).any() and not np.isnan(q).any()
             np.testing.assert_array_equal(p, c)
+            np.testing.assert_allclose(q, c, rtol=1e-12, atol=1e-14)
 
 
 @settings(max_examples=25, deadline=None)
