@@ -51,14 +51,19 @@ def jacobian(tape, target, sources):
         seed = np.zeros(target.size, target.dtype)
         seed[i] = 1
         rows.append(gradient(tape, [target], [seed.reshape(target.shape)], sources))
+    return [None if g is None else reshape(g, target.shape + s.shape) for s, g in zip(sources, _stacked(rows, sources))]
+
+
+def _stacked(rows, sources):
+    """Per source, its gradients of the passes in `rows` stacked (zeros where a pass did not reach it; None
+    where none did)."""
     results = []
     for k, s in enumerate(sources):
         column = [r[k] for r in rows]
         if all(g is None for g in column):
             results.append(None)
             continue
-        column = [Tensor(np.zeros_like(s._value)[()]) if g is None else g for g in column]
-        results.append(reshape(stack(column), target.shape + s.shape))
+        results.append(stack([Tensor(np.zeros_like(s._value)[()]) if g is None else g for g in column]))
     return results
 
 
@@ -93,6 +98,9 @@ def per_example_gradients(tape, target, sources):
     tensors = {tape._slot_of[t._id]: t for _, inputs, out, _ in tape._records for t in (*inputs, out)
                if not t._is_variable}
     junctions = [r for r in range(len(program)) if modes[r] == JUNCTION]
+    if any(program.code[r, oc.OUT] not in tensors for r in junctions):
+        # a junction inside a jt.function call has no tensor of its own: one recorded pass per example
+        return _per_example_by_passes(tape, target, sources)
     outs = [tensors[program.code[r, oc.OUT]] for r in junctions]
     cotangents = gradient(tape, [target], [np.ones(target.shape, target.dtype)], outs)
     owner = {int(s): i for i, src in enumerate(program.sources)
@@ -115,6 +123,15 @@ def per_example_gradients(tape, target, sources):
                 share = reshape(matmul(shares, reshape(jac, (computed.size, s.size))), (batch,) + s.shape)
                 results[i] = share if results[i] is None else add(results[i], share)
     return results
+
+
+def _per_example_by_passes(tape, target, sources):
+    rows = []
+    for b in range(target.shape[0]):
+        seed = np.zeros(target.shape, target.dtype)
+        seed[b] = 1
+        rows.append(gradient(tape, [target], [seed], sources))
+    return _stacked(rows, sources)
 
 
 def _junction_shares(tape, program, r, g, tensors, layouts, batch):

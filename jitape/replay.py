@@ -22,7 +22,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.planning import derivative_plan, plan
 
-from . import backend, config, nest
+from . import backend, calls, config, nest
 from .program import Program, fill_arena
 from .recording import _state
 from .tape import GradientTape
@@ -349,12 +349,28 @@ class Function:
         return bound
 
     def __call__(self, *args, **kwargs):
-        if _traces.active or _state.recording:
-            # inside another trace (inlined there) or under a recording tape (which must record every op)
-            return self.python_function(*args, **kwargs)
+        if _traces.active:
+            return self.python_function(*args, **kwargs)       # inside another trace: inlined there
+        if _state.recording:
+            return calls.recorded_call(self, args, kwargs)     # one op on the tapes that track its inputs
         concrete, _, traced = self.replay(args, kwargs)
         return concrete.finish() if traced is None else traced[0]
 
+    def twin(self):
+        """The Function whose replays tapes differentiate: traced with inner gradients as recorded VJPs, not as
+        compiled gradient steps (itself when it is so already, or has no Python to trace). Its traces count in
+        this function's trace_count."""
+        if self.differentiated or not self.has_python:
+            return self
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            twin = self._twin = self.sibling(self.python_function)
+            twin._counted_by = self
+        return twin
+
+    def sibling(self, python_function):
+        """A differentiable Function of `python_function` with this one's settings."""
+        return Function(python_function, self.retrace_warning, self.backend, differentiated=True)
 
     def replay(self, args, kwargs):
         """(the variant that ran, the flat argument leaves, None) with the variant's arena holding every value
@@ -389,6 +405,9 @@ class Function:
 
     def _trace(self, key, args, kwargs, leaves, why):
         self.trace_count += 1
+        counted_by = self.__dict__.get("_counted_by")
+        if counted_by is not None:
+            counted_by.trace_count += 1
         limit = config.retrace_warning if self.retrace_warning is None else self.retrace_warning
         if self.trace_count > limit and not self._warned:
             self._warned = True
