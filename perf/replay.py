@@ -1,5 +1,6 @@
 """Replays (issue 8): the first call of a jt.function / jt.grad (the trace) and later calls, a repeated
-gradient on a persistent tape (planned once), and jt.save / jt.load of a 100,000-instruction Program
+gradient on a persistent tape (planned once), a jt.function called under a tape (one recorded op) against the
+same ops recorded one by one, and jt.save / jt.load of a 100,000-instruction Program
 (time and file size). jitape only: the peers' rows for the same workloads are in W1, W2, W3, W4 and W6.
 
 Run: python perf/replay.py [--profile]
@@ -41,6 +42,18 @@ def tables():
     table.add("jitape W1 gradient on a persistent tape", lambda: tape.gradient(y, x), note="planned once")
     _first_and_replay(table, "jitape W1 jt.function(chain) replay", lambda: jt.function(lambda x: _chain(x, 1000)),
                       lambda f: f(x), note="forward only")
+    chain = jt.function(lambda x: _chain(x, 1000))
+
+    def record_and_gradient(fn):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x)
+        return tape.gradient(y, x)
+
+    table.add("jitape W1 recorded op by op + gradient", lambda: record_and_gradient(chain.python_function),
+              note="eager")
+    _first_and_replay(table, "jitape W1 jt.function(chain) under a tape + gradient", lambda: chain,
+                      record_and_gradient, note="the call is one recorded op")
 
     io = harness.Table("jt.save / jt.load of a 100,000-instruction Program (float32 scalar chain)", None, None,
                        baseline="jt.save")
