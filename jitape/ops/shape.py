@@ -174,44 +174,61 @@ def _window(starts, steps, counts):
                  for s, st, n in zip(starts, steps, counts))
 
 
-def _slice_np(x, starts, steps, out_shape):
-    return np.ascontiguousarray(x[_window(starts, steps, out_shape)])[()]
+def _slice_np(x, starts, steps, window, out_shape):
+    return np.ascontiguousarray(x[_window(starts, steps, window)]).reshape(out_shape)[()]
 
 
-def _pad_np(x, starts, steps, out_shape):
+def _pad_np(x, starts, steps, window, out_shape):
     out = np.zeros(out_shape, x.dtype)
-    out[_window(starts, steps, np.shape(x))] = x
+    out[_window(starts, steps, window)] = np.reshape(x, window)
     return out[()]
 
 
-def _window_shape(shape, starts, steps, out_shape):
-    for d, (s, st, n) in enumerate(zip(starts, steps, out_shape)):
+def _window_shape(shape, starts, steps, window):
+    for d, (s, st, n) in enumerate(zip(starts, steps, window)):
         last = s + (n - 1) * st
         if n and not (0 <= s < shape[d] and 0 <= last < shape[d]):
             raise ValueError(f"strided_slice: window start {s} step {st} count {n} leaves axis {d} of "
                              f"shape {shape}")
+
+
+def _slice_shape(shape, starts, steps, window, out_shape):
+    """A window of `shape`, its output shaped `out_shape` (the window's shape, less the axes an int indexed)."""
+    _window_shape(shape, starts, steps, window)
+    if math.prod(out_shape) != math.prod(window):
+        raise ValueError(f"strided_slice: output shape {out_shape} does not hold the window {window}")
     return tuple(out_shape)
 
 
-_strided_slice = Primitive("strided_slice", oc.SLICE, _slice_np, lambda shapes, p: _window_shape(shapes[0], *p),
-                           lambda g, out, ins, p, w: (_emit_pad(g, p[0], p[1], ins[0].shape),))
-def _pad_shape(shape, starts, steps, out_shape):
-    _window_shape(out_shape, starts, steps, shape)
+# params of both: (starts, steps, the window's counts per axis, the output shape); SLICE's output and PAD's input
+# may drop the window's int-indexed axes (size 1): the instruction reads the same entries
+_strided_slice = Primitive("strided_slice", oc.SLICE, _slice_np, lambda shapes, p: _slice_shape(shapes[0], *p),
+                           lambda g, out, ins, p, w: (_emit_pad(g, p[0], p[1], p[2], ins[0].shape),))
+
+
+def _pad_shape(shape, starts, steps, window, out_shape):
+    _slice_shape(out_shape, starts, steps, window, shape)
     return tuple(out_shape)
 
 
 _pad = Primitive("pad", oc.PAD, _pad_np, lambda shapes, p: _pad_shape(shapes[0], *p),
-                 lambda g, out, ins, p, w: (_emit_slice(g, p[0], p[1], ins[0].shape),))
+                 lambda g, out, ins, p, w: (_emit_slice(g, p[0], p[1], p[2], ins[0].shape),))
 
 
-def _emit_slice(x, starts, steps, out_shape):
-    return emit(_strided_slice, (x,), _slice_np(x._value, starts, steps, out_shape), (starts, steps, tuple(out_shape)),
-                (x.ndim,) + x.shape + tuple(out_shape) + tuple(starts) + tuple(steps))
+def _window_attributes(in_dims, out_dims, starts, steps):
+    return (len(in_dims),) + tuple(in_dims) + tuple(out_dims) + tuple(starts) + tuple(steps)
 
 
-def _emit_pad(x, starts, steps, out_shape):
-    return emit(_pad, (x,), _pad_np(x._value, starts, steps, out_shape), (starts, steps, tuple(out_shape)),
-                (x.ndim,) + x.shape + tuple(out_shape) + tuple(starts) + tuple(steps))
+def _emit_slice(x, starts, steps, window, out_shape, value=None):
+    """x's window as one SLICE instruction (`value`: the result, when the caller computed it already)."""
+    value = _slice_np(x._value, starts, steps, window, out_shape) if value is None else value
+    return emit(_strided_slice, (x,), value, (starts, steps, window, out_shape),
+                _window_attributes(x.shape, window, starts, steps))
+
+
+def _emit_pad(x, starts, steps, window, out_shape):
+    return emit(_pad, (x,), _pad_np(x._value, starts, steps, window, out_shape), (starts, steps, window, out_shape),
+                _window_attributes(window, out_shape, starts, steps))
 
 
 def strided_slice(x, starts, steps, counts):
@@ -222,8 +239,8 @@ def strided_slice(x, starts, steps, counts):
     if counts == x.shape and all(s == 0 for s in starts) and all(st == 1 for st in steps):
         return x
     if x.dtype.kind != "f":
-        return Tensor(_slice_np(x._value, starts, steps, counts))
-    return _emit_slice(x, starts, steps, counts)
+        return Tensor(_slice_np(x._value, starts, steps, counts, counts))
+    return _emit_slice(x, starts, steps, counts, counts)
 
 
 def slice(input_, begin, size, name=None):
@@ -245,7 +262,7 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
         out_shape = tuple(int(d + b + a) for d, (b, a) in zip(x.shape, p))
         if out_shape == x.shape:
             return x
-        out = _emit_pad(x, tuple(int(b) for b in p[:, 0]), (1,) * x.ndim, out_shape)
+        out = _emit_pad(x, tuple(int(b) for b in p[:, 0]), (1,) * x.ndim, x.shape, out_shape)
         if isinstance(constant_values, Tensor) or constant_values:
             border = np.ones(out_shape, x.dtype)
             border[_window(p[:, 0], (1,) * x.ndim, x.shape)] = 0
@@ -402,6 +419,17 @@ def _batched_gather(x, idx, axis, batch_dims):
 # -- indexing (Tensor.__getitem__) -----------------------------------------------------------
 def getitem(x, key):
     """numpy indexing: ints, slices, Ellipsis, None, and one integer or boolean array index."""
+    basic = _basic_window(x, key)
+    if basic is not None:       # ints and slices only (the common subscript): one SLICE, its value numpy's
+        starts, steps, window, out_shape = basic
+        if out_shape == x.shape and not any(starts) and all(step == 1 for step in steps):
+            return x
+        value = x._value[key]       # an array, or a numpy scalar when every axis took an int
+        if type(value) is np.ndarray:
+            value = np.ascontiguousarray(value)
+        if x._value.dtype.kind != "f":
+            return Tensor(value)
+        return _emit_slice(x, starts, steps, window, out_shape, value)
     key = key if isinstance(key, tuple) else (key,)
     key = tuple(constant_value(k, "a tensor index") if isinstance(k, Tensor) else k for k in key)
     probe = np.broadcast_to(np.empty((), np.bool_), x.shape)
@@ -448,6 +476,30 @@ def getitem(x, key):
         arr = np.where(arr < 0, arr + y.shape[d], arr)
         y = gather(y, arr, axis=d)
     return reshape(y, out_shape)
+
+
+def _basic_window(x, key):
+    """(starts, steps, window, output shape) of a subscript of in-range ints and slices, at most one per axis;
+    None for any other (the general path indexes it, or raises numpy's error)."""
+    shape = x._value.shape
+    key = key if type(key) is tuple else (key,)
+    if len(key) > len(shape):
+        return None
+    starts, steps, window, out_shape = [], [], [], []
+    for k, n in zip(key, shape):
+        if type(k) is int or isinstance(k, np.integer):
+            if not -n <= k < n:
+                return None
+            starts.append(k % n), steps.append(1), window.append(1)
+        elif type(k) is builtins.slice:
+            start, stop, step = k.indices(n)
+            count = len(range(start, stop, step))
+            starts.append(start), steps.append(step), window.append(count), out_shape.append(count)
+        else:
+            return None
+    rest = shape[len(key):]
+    return (tuple(starts) + (0,) * len(rest), tuple(steps) + (1,) * len(rest), tuple(window) + rest,
+            tuple(out_shape) + rest)
 
 
 def _is_bool_array(k):

@@ -112,14 +112,17 @@ def _tile_inputs():
 def _slice_inputs():
     def build(s):
         def window(n):
-            return st.tuples(st.integers(0, n - 1), st.sampled_from([1, 2, -1])).flatmap(
-                lambda t: st.integers(1, len(range(t[0], n if t[1] > 0 else -1, t[1]))).map(lambda c: (t[0], t[1], c)))
+            return st.tuples(st.integers(0, n - 1), st.sampled_from([1, 2, -1]), st.booleans()).flatmap(
+                lambda t: st.integers(1, len(range(t[0], n if t[1] > 0 else -1, t[1]))).map(
+                    lambda c: (t[0], t[1], c, t[2] and c == 1)))
         return st.tuples(values(s, -2, 2), st.tuples(*[window(n) for n in s]))
     return SHAPES.filter(lambda s: len(s) > 0).flatmap(build)
 
 
 def _window_key(windows):
-    return tuple(slice(a, a + c * st_ if a + c * st_ >= 0 else None, st_) for a, st_, c in windows)
+    """A numpy subscript per window (start, step, count[, as an int index: an axis of one entry, dropped])."""
+    return tuple(w[0] if w[3:] == (True,) else slice(w[0], w[0] + w[2] * w[1] if w[0] + w[2] * w[1] >= 0 else None, w[1])
+                 for w in windows)
 
 
 def _pad_inputs():
