@@ -1,13 +1,14 @@
 """Runs the selected perf/ workloads in one process and prints their tables
 (markdown, ready for perf/README.md).
 
-Usage: python perf/run.py [W1 W2 W3 W4 W5 W6a W6b W7 W8 W9 W10 startup enclosing replay] [--profile]
+Usage: python perf/run.py [W1 W2 W3 W4 W5 W6a W6b W7 W8 W9 W10 startup enclosing replay records] [--profile]
 (no names: all of them; --profile adds cProfile listings of the jitape rows)
 """
 import harness  # first: single-thread setup before numpy and the peers load
 import sys
 
 import enclosing_tape
+import records
 import replay
 import startup
 import w1_scalar_chain
@@ -37,6 +38,7 @@ WORKLOADS = {
     "startup": startup.tables,
     "enclosing": enclosing_tape.tables,
     "replay": replay.tables,
+    "records": records.tables,
 }
 
 

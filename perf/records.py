@@ -1,0 +1,66 @@
+"""Record costs (issue 9, item 5): one recorded elementwise op and basic indexing (`t[0]`, `t[a:b]`,
+`t[:, j]`) on small tensors, recorded on a tape that watches the input and with no tape, against PyTorch
+eager (requires_grad) and TensorFlow eager (GradientTape). Each timed call records 100 ops on a fresh tape;
+the median is reported per op. float32, x of shape (8, 4).
+
+Run: python perf/records.py [--profile]
+"""
+import harness
+import numpy as np
+
+OPS = 100
+X = np.arange(32, dtype=np.float32).reshape(8, 4) / 32
+Y = np.ones((8, 4), np.float32)
+# name -> the op on a tensor x (and y of x's shape)
+CASES = {"x + y": lambda x, y: x + y, "x[0]": lambda x, y: x[0], "x[2:6]": lambda x, y: x[2:6],
+         "x[:, 1]": lambda x, y: x[:, 1]}
+
+
+def _repeated(op, x, y):
+    def run():
+        for _ in range(OPS):
+            out = op(x, y)
+        return out
+    return run
+
+
+def add_jitape(table, jt):
+    x, y = jt.constant(X), jt.constant(Y)
+    for name, op in CASES.items():
+        run = _repeated(op, x, y)
+
+        def recorded(run=run):
+            with jt.GradientTape() as tape:
+                tape.watch(x)
+                return run()
+        table.add(f"jitape {name}, recorded", recorded, per=("op", OPS))
+        table.add(f"jitape {name}, no tape", run, per=("op", OPS))
+
+
+def add_torch(table, torch):
+    x, y = torch.tensor(X, requires_grad=True), torch.tensor(Y)
+    for name, op in CASES.items():
+        table.add(f"torch {name}, recorded (requires_grad)", _repeated(op, x, y), per=("op", OPS))
+
+
+def add_tensorflow(table, tf):
+    x, y = tf.constant(X), tf.constant(Y)
+    for name, op in CASES.items():
+        run = _repeated(op, x, y)
+
+        def recorded(run=run):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                return run()
+        table.add(f"tensorflow {name}, recorded", recorded, per=("op", OPS))
+
+
+def tables():
+    table = harness.Table(f"Record costs: {OPS} ops per timed call, small float32 tensors", None, None,
+                          baseline="jitape x + y, recorded")
+    harness.add_all(table, [("jitape", add_jitape), ("torch", add_torch), ("tensorflow", add_tensorflow)])
+    return [table]
+
+
+if __name__ == "__main__":
+    harness.main(tables)
