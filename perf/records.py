@@ -24,17 +24,23 @@ def _repeated(op, x, y):
     return run
 
 
-def add_jitape(table, jt):
-    x, y = jt.constant(X), jt.constant(Y)
+def _add_recorded(table, library, tape, watch, x, y):
+    """Rows of ops recorded on a fresh `tape()` watching x (`watch`: the tape's method)."""
     for name, op in CASES.items():
         run = _repeated(op, x, y)
 
         def recorded(run=run):
-            with jt.GradientTape() as tape:
-                tape.watch(x)
+            with tape() as t:
+                watch(t, x)
                 return run()
-        table.add(f"jitape {name}, recorded", recorded, per=("op", OPS))
-        table.add(f"jitape {name}, no tape", run, per=("op", OPS))
+        table.add(f"{library} {name}, recorded", recorded, per=("op", OPS))
+
+
+def add_jitape(table, jt):
+    x, y = jt.constant(X), jt.constant(Y)
+    _add_recorded(table, "jitape", jt.GradientTape, jt.GradientTape.watch, x, y)
+    for name, op in CASES.items():
+        table.add(f"jitape {name}, no tape", _repeated(op, x, y), per=("op", OPS))
 
 
 def add_torch(table, torch):
@@ -44,15 +50,7 @@ def add_torch(table, torch):
 
 
 def add_tensorflow(table, tf):
-    x, y = tf.constant(X), tf.constant(Y)
-    for name, op in CASES.items():
-        run = _repeated(op, x, y)
-
-        def recorded(run=run):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                return run()
-        table.add(f"tensorflow {name}, recorded", recorded, per=("op", OPS))
+    _add_recorded(table, "tensorflow", tf.GradientTape, tf.GradientTape.watch, tf.constant(X), tf.constant(Y))
 
 
 def tables():
