@@ -6,9 +6,11 @@ columns and they have no second-order terms.
 SLICE and PAD are each other's adjoint: SLICE reads in[starts + i * steps], PAD
 writes out[starts + i * steps] = in[i] into zeros.
 
-Rank-generic ops build an index map once (an odometer walk, no divmod per
-element) and then gather forward / scatter-add in reverse through it.
-Attribute blocks are laid out as documented in opcodes.py.
+Rank-generic ops walk their output (PAD: its input) row by row, the other
+array's offsets computed from the attribute block (a divmod per row, a step
+along the last axis): no index map or table is allocated per instruction; nor
+do PLACE and GATHER, whose runs are in closed form. Attribute blocks are laid
+out as documented in opcodes.py.
 """
 import numpy as np
 from numba import njit
@@ -16,109 +18,83 @@ from numba import njit
 from .. import opcodes as oc
 
 
-@njit(cache=True, error_model="numpy")
-def _strides(dims):
-    rank = dims.size
-    s = np.ones(rank, np.int64)
-    for d in range(rank - 2, -1, -1):
-        s[d] = s[d + 1] * dims[d + 1]
-    return s
-
-
-@njit(cache=True, error_model="numpy")
-def affine_map(dims, base, steps):
-    """For every index of `dims` in row-major order: base + sum(index[d] * steps[d])."""
-    rank = dims.size
-    size = 1
-    for d in range(rank):
-        size *= dims[d]
-    out = np.empty(size, np.int64)
-    if size == 0:
-        return out
-    idx = np.zeros(rank, np.int64)
-    pos = base
-    last = rank - 1
-    for e in range(size):
-        out[e] = pos
-        d = last
-        while d >= 0:
-            idx[d] += 1
-            pos += steps[d]
-            if idx[d] < dims[d]:
-                break
-            pos -= steps[d] * dims[d]
-            idx[d] = 0
-            d -= 1
-    return out
-
-
-@njit(cache=True, error_model="numpy")
-def tile_map(in_dims, out_dims):
-    """For every index of out_dims: the row-major offset of (index mod in_dims) in in_dims."""
-    rank = out_dims.size
-    in_strides = _strides(in_dims)
-    size = 1
-    for d in range(rank):
-        size *= out_dims[d]
-    out = np.empty(size, np.int64)
-    if size == 0:
-        return out
-    idx = np.zeros(rank, np.int64)
-    wrapped = np.zeros(rank, np.int64)
-    pos = 0
-    for e in range(size):
-        out[e] = pos
-        d = rank - 1
-        while d >= 0:
-            idx[d] += 1
-            wrapped[d] += 1
-            pos += in_strides[d]
-            if wrapped[d] == in_dims[d]:
-                pos -= in_strides[d] * in_dims[d]
-                wrapped[d] = 0
-            if idx[d] < out_dims[d]:
-                break
-            pos -= in_strides[d] * wrapped[d]
-            idx[d] = 0
-            wrapped[d] = 0
-            d -= 1
-    return out
-
-
-@njit(cache=True, error_model="numpy")
-def index_map(op, iattr, a):
-    """The map of a rank-generic op. TRANSPOSE/TILE/SLICE map output -> input; PAD maps input -> output."""
+@njit(cache=True, error_model="numpy", inline="always")
+def _space_dim(op, iattr, a, d):
+    """Length of axis d of the space walked: the output's (PAD: the input's, the window)."""
     rank = iattr[a]
-    in_dims = iattr[a + 1:a + 1 + rank]
-    third = iattr[a + 1 + rank:a + 1 + 2 * rank]
     if op == oc.TRANSPOSE:
-        in_strides = _strides(in_dims)
-        out_dims = np.empty(rank, np.int64)
-        steps = np.empty(rank, np.int64)
-        for d in range(rank):
-            out_dims[d] = in_dims[third[d]]
-            steps[d] = in_strides[third[d]]
-        return affine_map(out_dims, 0, steps)
+        return iattr[a + 1 + iattr[a + 1 + rank + d]]
+    if op == oc.PAD:
+        return iattr[a + 1 + d]
+    return iattr[a + 1 + rank + d]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _large_stride(op, iattr, a, j):
+    """Row-major stride of axis j of the other array (TRANSPOSE/TILE/SLICE: the input; PAD: the output)."""
+    rank = iattr[a]
+    first = a + 1 + (rank if op == oc.PAD else 0)
+    stride = 1
+    for t in range(j + 1, rank):
+        stride *= iattr[first + t]
+    return stride
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _axis_offset(op, iattr, a, d, i):
+    """Offset in the other array of index i along axis d of the space."""
+    rank = iattr[a]
+    if op == oc.TRANSPOSE:
+        return i * _large_stride(op, iattr, a, iattr[a + 1 + rank + d])
     if op == oc.TILE:
-        return tile_map(in_dims, third)
-    starts = iattr[a + 1 + 2 * rank:a + 1 + 3 * rank]
-    steps = iattr[a + 1 + 3 * rank:a + 1 + 4 * rank]
-    if op == oc.SLICE:
-        return _window_map(in_dims, third, starts, steps)
-    # PAD: input index i lands at starts + i * steps of the (larger) output
-    return _window_map(third, in_dims, starts, steps)
+        return (i % iattr[a + 1 + d]) * _large_stride(op, iattr, a, d)
+    return (iattr[a + 1 + 2 * rank + d] + i * iattr[a + 1 + 3 * rank + d]) * _large_stride(op, iattr, a, d)
 
 
 @njit(cache=True, error_model="numpy")
-def _window_map(large_dims, small_dims, starts, steps):
-    """Offsets in `large_dims` of the window starts + i * steps, for every index i of `small_dims`."""
-    large_strides = _strides(large_dims)
-    base = 0
-    strides = np.empty(large_dims.size, np.int64)
-    for d in range(large_dims.size):
-        base += starts[d] * large_strides[d]
-        strides[d] = steps[d] * large_strides[d]
-    return affine_map(small_dims, base, strides)
+def _walk(op, iattr, a, space, large, into_large, add):
+    """For every entry e of the space (rows of K columns) and its offset m in the other array:
+    large[m] = or += space[e] (into_large), else space[e] = or += large[m]. The offsets come from the attribute
+    block row by row (a divmod walk over the leading axes, then a step, or TILE's wrap, along the last): no
+    index map is built."""
+    rank = iattr[a]
+    K = space.shape[1]
+    n_last = _space_dim(op, iattr, a, rank - 1) if rank else 1
+    rows = 1
+    for d in range(rank - 1):
+        rows *= _space_dim(op, iattr, a, d)
+    if n_last == 0:
+        rows = 0
+    wrap = iattr[a + rank] if op == oc.TILE and rank else 0    # TILE's last input axis: its index wraps
+    for q in range(rows):
+        base = 0
+        rest = q
+        for d in range(rank - 2, -1, -1):
+            n = _space_dim(op, iattr, a, d)
+            base += _axis_offset(op, iattr, a, d, rest % n)
+            rest //= n
+        step = 0
+        if rank and op != oc.TILE:
+            first = _axis_offset(op, iattr, a, rank - 1, 0)
+            base += first
+            step = _axis_offset(op, iattr, a, rank - 1, 1) - first
+        j = 0
+        for i in range(n_last):
+            e = q * n_last + i
+            m = base + (j if wrap else i * step)
+            for k in range(K):
+                if into_large:
+                    if add:
+                        large[m, k] += space[e, k]
+                    else:
+                        large[m, k] = space[e, k]
+                elif add:
+                    space[e, k] += large[m, k]
+                else:
+                    space[e, k] = large[m, k]
+            j += 1
+            if j == wrap:
+                j = 0
 
 
 @njit(cache=True, error_model="numpy")
@@ -155,32 +131,12 @@ def mapped_forward(op, iattr, a, x, out):
             for e in range(block):
                 out[start + e] = x[e]
         return
-    m = index_map(op, iattr, a)
+    rows_in, rows_out = x.reshape(x.size, 1), out.reshape(out.size, 1)
     if op == oc.PAD:
         out[:] = 0
-        for e in range(m.size):
-            out[m[e]] = x[e]
+        _walk(op, iattr, a, rows_in, rows_out, True, False)
     else:
-        for e in range(m.size):
-            out[e] = x[m[e]]
-
-
-@njit(cache=True, error_model="numpy")
-def _gather_add(m, src, dst):
-    """dst[e] += src[m[e]], rows of K columns."""
-    K = dst.shape[1]
-    for e in range(m.size):
-        for k in range(K):
-            dst[e, k] += src[m[e], k]
-
-
-@njit(cache=True, error_model="numpy")
-def _scatter_add(m, src, dst):
-    """dst[m[e]] += src[e], rows of K columns."""
-    K = dst.shape[1]
-    for e in range(m.size):
-        for k in range(K):
-            dst[m[e], k] += src[e, k]
+        _walk(op, iattr, a, rows_out, rows_in, False, False)
 
 
 @njit(cache=True, error_model="numpy")
@@ -204,60 +160,58 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
     if leading_broadcast_block(op, iattr, a):
         _repeat_add(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), not transpose)
         return
-    m = index_map(op, iattr, a)
-    src, dst = (out_rows, in_rows) if transpose else (in_rows, out_rows)
-    # PAD's map runs input -> output, the others' output -> input
-    if (op == oc.PAD) == transpose:
-        _gather_add(m, src, dst)
+    # the space walked is the output (PAD: the input); data flows into the other array when it is the
+    # destination: PAD forward, the others transposed
+    if op == oc.PAD:
+        _walk(op, iattr, a, in_rows, out_rows, not transpose, True)
     else:
-        _scatter_add(m, src, dst)
+        _walk(op, iattr, a, out_rows, in_rows, transpose, True)
 
 
-@njit(cache=True, error_model="numpy")
-def block_moves(op, iattr, a):
-    """PLACE and GATHER as (input start, output start) pairs of contiguous runs of `length` entries."""
+@njit(cache=True, error_model="numpy", inline="always")
+def block_runs(op, iattr, a):
+    """PLACE and GATHER as contiguous runs of `length` entries: (number of runs, length); run_starts gives
+    each run's input and output start, in closed form (no table is built)."""
     if op == oc.PLACE:
-        outer, n_in, inner, n_out, offset = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
-        moves = np.empty((outer, 2), np.int64)
-        for o in range(outer):
-            moves[o, 0] = o * n_in * inner
-            moves[o, 1] = (o * n_out + offset) * inner
-        return moves, n_in * inner
-    outer, n_axis, inner, n_idx = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3]
-    moves = np.empty((outer * n_idx, 2), np.int64)
-    for o in range(outer):
-        for j in range(n_idx):
-            moves[o * n_idx + j, 0] = (o * n_axis + iattr[a + 4 + j]) * inner
-            moves[o * n_idx + j, 1] = (o * n_idx + j) * inner
-    return moves, inner
+        return iattr[a], iattr[a + 1] * iattr[a + 2]
+    return iattr[a] * iattr[a + 3], iattr[a + 2]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def run_starts(op, iattr, a, p):
+    """Run p's (input start, output start)."""
+    if op == oc.PLACE:
+        n_in, inner, n_out, offset = iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
+        return p * n_in * inner, (p * n_out + offset) * inner
+    n_axis, inner, n_idx = iattr[a + 1], iattr[a + 2], iattr[a + 3]
+    o, j = p // n_idx, p % n_idx
+    return (o * n_axis + iattr[a + 4 + j]) * inner, p * inner
 
 
 @njit(cache=True, error_model="numpy")
 def moved_forward(op, iattr, a, x, out):
-    moves, length = block_moves(op, iattr, a)
-    for p in range(moves.shape[0]):
-        src, dst = moves[p, 0], moves[p, 1]
+    runs, length = block_runs(op, iattr, a)
+    for p in range(runs):
+        src, dst = run_starts(op, iattr, a, p)
         for e in range(length):
             out[dst + e] = x[src + e]
-
-
-@njit(cache=True, error_model="numpy")
-def _add_runs(src, dst, moves, read, write, length):
-    """dst[moves[p, write] + e] += src[moves[p, read] + e] for every run p, rows of K columns."""
-    K = dst.shape[1]
-    for p in range(moves.shape[0]):
-        s, d = moves[p, read], moves[p, write]
-        for e in range(length):
-            for k in range(K):
-                dst[d + e, k] += src[s + e, k]
 
 
 @njit(cache=True, error_model="numpy")
 def moved_linear(op, iattr, a, out_rows, in_rows, transpose):
     """The runs' copy over K columns: out += moved(in) (tangents) or, transposed, in += the runs of out
     (cotangents)."""
-    moves, length = block_moves(op, iattr, a)
+    runs, length = block_runs(op, iattr, a)
+    K = out_rows.shape[1]
     if transpose:
-        _add_runs(out_rows, in_rows, moves, 1, 0, length)
+        for p in range(runs):
+            s, d = run_starts(op, iattr, a, p)
+            for e in range(length):
+                for k in range(K):
+                    in_rows[s + e, k] += out_rows[d + e, k]
     else:
-        _add_runs(in_rows, out_rows, moves, 0, 1, length)
+        for p in range(runs):
+            s, d = run_starts(op, iattr, a, p)
+            for e in range(length):
+                for k in range(K):
+                    out_rows[d + e, k] += in_rows[s + e, k]
