@@ -6,11 +6,10 @@ columns and they have no second-order terms.
 SLICE and PAD are each other's adjoint: SLICE reads in[starts + i * steps], PAD
 writes out[starts + i * steps] = in[i] into zeros.
 
-Rank-generic ops walk their output (PAD: its input) row by row, the other
-array's offsets computed from the attribute block (a divmod per row, a step
-along the last axis): no index map or table is allocated per instruction; nor
-do PLACE and GATHER, whose runs are in closed form. Attribute blocks are laid
-out as documented in opcodes.py.
+Rank-generic ops build an index map once (an odometer walk, no divmod per
+element) and then gather forward / scatter-add in reverse through it; PLACE and
+GATHER compute their runs in closed form. Attribute blocks are laid out as
+documented in opcodes.py.
 """
 import numpy as np
 from numba import njit
@@ -18,83 +17,109 @@ from numba import njit
 from .. import opcodes as oc
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _space_dim(op, iattr, a, d):
-    """Length of axis d of the space walked: the output's (PAD: the input's, the window)."""
-    rank = iattr[a]
-    if op == oc.TRANSPOSE:
-        return iattr[a + 1 + iattr[a + 1 + rank + d]]
-    if op == oc.PAD:
-        return iattr[a + 1 + d]
-    return iattr[a + 1 + rank + d]
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _large_stride(op, iattr, a, j):
-    """Row-major stride of axis j of the other array (TRANSPOSE/TILE/SLICE: the input; PAD: the output)."""
-    rank = iattr[a]
-    first = a + 1 + (rank if op == oc.PAD else 0)
-    stride = 1
-    for t in range(j + 1, rank):
-        stride *= iattr[first + t]
-    return stride
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _axis_offset(op, iattr, a, d, i):
-    """Offset in the other array of index i along axis d of the space."""
-    rank = iattr[a]
-    if op == oc.TRANSPOSE:
-        return i * _large_stride(op, iattr, a, iattr[a + 1 + rank + d])
-    if op == oc.TILE:
-        return (i % iattr[a + 1 + d]) * _large_stride(op, iattr, a, d)
-    return (iattr[a + 1 + 2 * rank + d] + i * iattr[a + 1 + 3 * rank + d]) * _large_stride(op, iattr, a, d)
+@njit(cache=True, error_model="numpy")
+def _strides(dims):
+    rank = dims.size
+    s = np.ones(rank, np.int64)
+    for d in range(rank - 2, -1, -1):
+        s[d] = s[d + 1] * dims[d + 1]
+    return s
 
 
 @njit(cache=True, error_model="numpy")
-def _walk(op, iattr, a, space, large, into_large, add):
-    """For every entry e of the space (rows of K columns) and its offset m in the other array:
-    large[m] = or += space[e] (into_large), else space[e] = or += large[m]. The offsets come from the attribute
-    block row by row (a divmod walk over the leading axes, then a step, or TILE's wrap, along the last): no
-    index map is built."""
+def affine_map(dims, base, steps):
+    """For every index of `dims` in row-major order: base + sum(index[d] * steps[d])."""
+    rank = dims.size
+    size = 1
+    for d in range(rank):
+        size *= dims[d]
+    out = np.empty(size, np.int64)
+    if size == 0:
+        return out
+    idx = np.zeros(rank, np.int64)
+    pos = base
+    last = rank - 1
+    for e in range(size):
+        out[e] = pos
+        d = last
+        while d >= 0:
+            idx[d] += 1
+            pos += steps[d]
+            if idx[d] < dims[d]:
+                break
+            pos -= steps[d] * dims[d]
+            idx[d] = 0
+            d -= 1
+    return out
+
+
+@njit(cache=True, error_model="numpy")
+def tile_map(in_dims, out_dims):
+    """For every index of out_dims: the row-major offset of (index mod in_dims) in in_dims."""
+    rank = out_dims.size
+    in_strides = _strides(in_dims)
+    size = 1
+    for d in range(rank):
+        size *= out_dims[d]
+    out = np.empty(size, np.int64)
+    if size == 0:
+        return out
+    idx = np.zeros(rank, np.int64)
+    wrapped = np.zeros(rank, np.int64)
+    pos = 0
+    for e in range(size):
+        out[e] = pos
+        d = rank - 1
+        while d >= 0:
+            idx[d] += 1
+            wrapped[d] += 1
+            pos += in_strides[d]
+            if wrapped[d] == in_dims[d]:
+                pos -= in_strides[d] * in_dims[d]
+                wrapped[d] = 0
+            if idx[d] < out_dims[d]:
+                break
+            pos -= in_strides[d] * wrapped[d]
+            idx[d] = 0
+            wrapped[d] = 0
+            d -= 1
+    return out
+
+
+@njit(cache=True, error_model="numpy")
+def index_map(op, iattr, a):
+    """The map of a rank-generic op. TRANSPOSE/TILE/SLICE map output -> input; PAD maps input -> output."""
     rank = iattr[a]
-    K = space.shape[1]
-    n_last = _space_dim(op, iattr, a, rank - 1) if rank else 1
-    rows = 1
-    for d in range(rank - 1):
-        rows *= _space_dim(op, iattr, a, d)
-    if n_last == 0:
-        rows = 0
-    wrap = iattr[a + rank] if op == oc.TILE and rank else 0    # TILE's last input axis: its index wraps
-    for q in range(rows):
-        base = 0
-        rest = q
-        for d in range(rank - 2, -1, -1):
-            n = _space_dim(op, iattr, a, d)
-            base += _axis_offset(op, iattr, a, d, rest % n)
-            rest //= n
-        step = 0
-        if rank and op != oc.TILE:
-            first = _axis_offset(op, iattr, a, rank - 1, 0)
-            base += first
-            step = _axis_offset(op, iattr, a, rank - 1, 1) - first
-        j = 0
-        for i in range(n_last):
-            e = q * n_last + i
-            m = base + (j if wrap else i * step)
-            for k in range(K):
-                if into_large:
-                    if add:
-                        large[m, k] += space[e, k]
-                    else:
-                        large[m, k] = space[e, k]
-                elif add:
-                    space[e, k] += large[m, k]
-                else:
-                    space[e, k] = large[m, k]
-            j += 1
-            if j == wrap:
-                j = 0
+    in_dims = iattr[a + 1:a + 1 + rank]
+    third = iattr[a + 1 + rank:a + 1 + 2 * rank]
+    if op == oc.TRANSPOSE:
+        in_strides = _strides(in_dims)
+        out_dims = np.empty(rank, np.int64)
+        steps = np.empty(rank, np.int64)
+        for d in range(rank):
+            out_dims[d] = in_dims[third[d]]
+            steps[d] = in_strides[third[d]]
+        return affine_map(out_dims, 0, steps)
+    if op == oc.TILE:
+        return tile_map(in_dims, third)
+    starts = iattr[a + 1 + 2 * rank:a + 1 + 3 * rank]
+    steps = iattr[a + 1 + 3 * rank:a + 1 + 4 * rank]
+    if op == oc.SLICE:
+        return _window_map(in_dims, third, starts, steps)
+    # PAD: input index i lands at starts + i * steps of the (larger) output
+    return _window_map(third, in_dims, starts, steps)
+
+
+@njit(cache=True, error_model="numpy")
+def _window_map(large_dims, small_dims, starts, steps):
+    """Offsets in `large_dims` of the window starts + i * steps, for every index i of `small_dims`."""
+    large_strides = _strides(large_dims)
+    base = 0
+    strides = np.empty(large_dims.size, np.int64)
+    for d in range(large_dims.size):
+        base += starts[d] * large_strides[d]
+        strides[d] = steps[d] * large_strides[d]
+    return affine_map(small_dims, base, strides)
 
 
 @njit(cache=True, error_model="numpy")
@@ -131,12 +156,32 @@ def mapped_forward(op, iattr, a, x, out):
             for e in range(block):
                 out[start + e] = x[e]
         return
-    rows_in, rows_out = x.reshape(x.size, 1), out.reshape(out.size, 1)
+    m = index_map(op, iattr, a)
     if op == oc.PAD:
         out[:] = 0
-        _walk(op, iattr, a, rows_in, rows_out, True, False)
+        for e in range(m.size):
+            out[m[e]] = x[e]
     else:
-        _walk(op, iattr, a, rows_out, rows_in, False, False)
+        for e in range(m.size):
+            out[e] = x[m[e]]
+
+
+@njit(cache=True, error_model="numpy")
+def _gather_add(m, src, dst):
+    """dst[e] += src[m[e]], rows of K columns."""
+    K = dst.shape[1]
+    for e in range(m.size):
+        for k in range(K):
+            dst[e, k] += src[m[e], k]
+
+
+@njit(cache=True, error_model="numpy")
+def _scatter_add(m, src, dst):
+    """dst[m[e]] += src[e], rows of K columns."""
+    K = dst.shape[1]
+    for e in range(m.size):
+        for k in range(K):
+            dst[m[e], k] += src[e, k]
 
 
 @njit(cache=True, error_model="numpy")
@@ -160,12 +205,13 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
     if leading_broadcast_block(op, iattr, a):
         _repeat_add(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), not transpose)
         return
-    # the space walked is the output (PAD: the input); data flows into the other array when it is the
-    # destination: PAD forward, the others transposed
-    if op == oc.PAD:
-        _walk(op, iattr, a, in_rows, out_rows, not transpose, True)
+    m = index_map(op, iattr, a)
+    src, dst = (out_rows, in_rows) if transpose else (in_rows, out_rows)
+    # PAD's map runs input -> output, the others' output -> input
+    if (op == oc.PAD) == transpose:
+        _gather_add(m, src, dst)
     else:
-        _walk(op, iattr, a, out_rows, in_rows, transpose, True)
+        _scatter_add(m, src, dst)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
