@@ -46,10 +46,7 @@ def recorded_call(function, args, kwargs):
         concrete, leaves, traced = twin.replay(args, kwargs)
     finally:
         stack[:0] = tapes
-    if traced is None:
-        outputs = concrete.finish()
-    else:
-        outputs = traced[0]
+    outputs = concrete.finish() if traced is None else traced[0]
     inputs = [(slot, leaves[i] if isinstance(leaves[i], Tensor) else Tensor(np.asarray(leaves[i])))
               for i, slot in concrete.arg_slots]
     inputs += [(slot, variable) for variable, slot in concrete.variable_inputs]
@@ -60,17 +57,17 @@ def recorded_call(function, args, kwargs):
             raise ValueError(f"{function.__name__!r} takes gradients inside with the compiled sweep (a loaded "
                              f"function): its calls cannot be differentiated by the tapes recording them")
         out_leaves = nest.flatten(outputs)
-        values = concrete.arena      # read by fancy indexing (copies): the next replay overwrites it
-        vjps = [_CallVJP(twin, concrete, leaves, args, kwargs, index) for index in range(len(out_leaves))]
+        vjps = [_CallVJP(twin, concrete, leaves, (args, kwargs), index) for index in range(len(out_leaves))]
         for tape in recording:
-            _record(tape, concrete, inputs, out_leaves, values, vjps)
+            _record(tape, concrete, inputs, out_leaves, vjps)
     return outputs
 
 
-def _record(tape, concrete, inputs, out_leaves, values, vjps):
+def _record(tape, concrete, inputs, out_leaves, vjps):
     """The call's rows, slots and values appended to `tape`, and one record per recorded output; a fixed number
-    of numpy calls whatever the Program's length."""
-    slots, code = concrete.slots, concrete.code
+    of numpy calls whatever the Program's length. Values are read from the arena by fancy indexing (copies:
+    the next replay overwrites the arena)."""
+    slots, code, values = concrete.slots, concrete.code, concrete.arena
     n = slots.shape[0]
     mapping = np.full(n + 1, -1, np.int64)          # index -1 (an absent input) maps to -1
     for slot, t in inputs:
@@ -96,7 +93,7 @@ def _record(tape, concrete, inputs, out_leaves, values, vjps):
     has_attr = instructions[:, 5] >= 0
     iattr = concrete.iattr.copy()
     # a float attribute's block holds its fattr index first: the call's floats follow the tape's
-    iattr[np.unique(code[has_attr & _TAKES_FLOATS[code[:, oc.OP]], oc.ATTR])] += len(tape._fattr)
+    iattr[np.unique(code[has_attr & (_FLOAT_COUNT[code[:, oc.OP]] > 0), oc.ATTR])] += len(tape._fattr)
     instructions[has_attr, 5] += len(tape._iattr)
     tape._iattr.frombytes(iattr.tobytes())
     tape._fattr.frombytes(concrete.fattr.tobytes())
@@ -109,25 +106,22 @@ def _record(tape, concrete, inputs, out_leaves, values, vjps):
             tape._records.append((CALL, snapshots, out, vjp))
 
 
-_TAKES_FLOATS = np.array([attributes == ("f",) for attributes in oc.ATTRIBUTES], bool)
+_FLOAT_COUNT = np.array(oc.FLOAT_COUNT)
 
 
 class _CallVJP:
     """The VJP of one output of a recorded call: the gradient of that output w.r.t. the call's float argument
     leaves and the variables it read, computed by a jt.function (so it is recorded by the tapes around it)."""
 
-    def __init__(self, twin, concrete, leaves, args, kwargs, index):
-        self.twin, self.concrete, self.index = twin, concrete, index
-        self.template, self.structure = list(leaves), (args, kwargs)
-        self.positions = [i for i, _ in concrete.arg_slots]
-        self.variables = [v for v, _ in concrete.variable_inputs]
+    def __init__(self, twin, concrete, leaves, structure, index):
+        self.twin, self.concrete, self.leaves, self.structure, self.index = twin, concrete, leaves, structure, index
 
     def __call__(self, g, inputs):
         if not self.twin.has_python:
             raise ValueError(f"the loaded function {self.twin.__name__!r}: a derivative of its call that must itself "
                              f"be recorded (nested tapes) needs its Python code")
-        n_args = len(self.positions)
-        for variable, read in zip(self.variables, inputs[n_args:]):
+        n_args = len(self.concrete.arg_slots)
+        for (variable, _), read in zip(self.concrete.variable_inputs, inputs[n_args:]):
             if variable._value is not read._value:
                 raise ValueError(f"a derivative of a jt.function call of {self.twin.__name__!r} that must itself be "
                                  f"recorded: variable {variable.name!r} was assigned after the call; take the "
@@ -138,8 +132,9 @@ class _CallVJP:
         return vjp(list(inputs[:n_args]), g)
 
     def _vjp_function(self):
-        python, template, positions, index = self.twin.python_function, self.template, self.positions, self.index
-        variables, structure = self.variables, self.structure
+        python, template, structure, index = self.twin.python_function, self.leaves, self.structure, self.index
+        positions = [i for i, _ in self.concrete.arg_slots]
+        variables = [v for v, _ in self.concrete.variable_inputs]
 
         def vjp(arg_inputs, g):
             leaves = list(template)

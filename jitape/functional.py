@@ -25,7 +25,7 @@ def _function(f):
     if isinstance(f, Function):
         if f.differentiated or not f.has_python:
             return f
-        return Function(f.python_function, f.retrace_warning, f.backend, differentiated=True)
+        return f.sibling(f.python_function)
     return Function(f, differentiated=True)
 
 

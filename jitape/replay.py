@@ -309,8 +309,8 @@ def _compacted_attributes(code, iattr, fattr):
     for r in np.flatnonzero(code[:, oc.ATTR] >= 0).tolist():
         op, start = int(code[r, oc.OP]), int(code[r, oc.ATTR])
         block = iattr[start:start + oc.attribute_length(op, iattr, start)].copy()
-        if oc.ATTRIBUTES[op] == ("f",):      # a fattr index: its one or two floats move along
-            count = 2 if op == oc.CLIP else 1
+        count = oc.FLOAT_COUNT[op]
+        if count:       # a fattr index: its floats move along
             floats.append(fattr[block[0]:block[0] + count])
             block[0] = n_float
             n_float += count

@@ -421,10 +421,10 @@ def validated(code6, slots, iattr, fattr, arena, opcodes, error):
     if np.any(~has_attr & (attr != -1)):
         raise error("an instruction without attributes points into the attribute pool")
     # ops whose only attribute is a fattr index (scale, powc, elu, clip, polygamma): checked at once
-    float_only = has_attr & np.array([a == ("f",) for a in oc.ATTRIBUTES])[ops]
+    need = np.array(oc.FLOAT_COUNT)[ops]
+    float_only = has_attr & (need > 0)
     if np.any(float_only & ((attr < 0) | (attr >= iattr.size))):
         raise error("an instruction's attribute block starts outside the pool")
-    need = np.where(ops == oc.CLIP, 2, 1)
     index = iattr[np.where(float_only, attr, 0)] if iattr.size else np.zeros(len(ops), np.int64)
     if np.any(float_only & ((index < 0) | (index > fattr.size - need))):
         raise error("an instruction's float attribute lies outside the pool")
@@ -482,8 +482,8 @@ def _check_attributes(op, a, sizes, iattr, fattr, r, error):
     block = [int(v) for v in iattr[a:a + length]]
     out, x, w, _ = sizes
     family = oc.FAMILIES[op]
-    if fields == ("f",):
-        need = 2 if op == oc.CLIP else 1
+    need = oc.FLOAT_COUNT[op]
+    if need:
         if not 0 <= block[0] <= fattr.size - need:
             raise bad("its float attribute lies outside the pool")
         return

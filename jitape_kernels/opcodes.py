@@ -96,6 +96,8 @@ NAMES = tuple(row[0] for row in TABLE)
 FAMILIES = tuple(row[1] for row in TABLE)
 ARITY = tuple(row[2] for row in TABLE)
 ATTRIBUTES = tuple(row[3] for row in TABLE)
+# per opcode, how many fattr entries the "f" index of its block points at (0: none; CLIP's lo and hi: 2)
+FLOAT_COUNT = tuple((2 if row[0] == "clip" else 1) if row[3] == _F else 0 for row in TABLE)
 
 # The sweeps dispatch on contiguous opcode ranges, in this order of families; _check_table proves the table
 # has them (a new opcode in the wrong place fails at import, it can never run as its neighbour's kernel).

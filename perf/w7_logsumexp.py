@@ -35,16 +35,19 @@ def _repeat(n):
     return 7 if n >= 640_000 else None
 
 
+def _tape_gradient(lib, x):
+    """The eager gradient of lib.reduce_logsumexp(x) on a GradientTape (jitape and TensorFlow spell it alike)."""
+    def gradient():
+        with lib.GradientTape() as tape:
+            tape.watch(x)
+            y = lib.reduce_logsumexp(x)
+        return tape.gradient(y, x)
+    return gradient
+
+
 def add_jitape(grad, fwd, n, jt):
     x = jt.constant(data(n))
-
-    def gradient():
-        with jt.GradientTape() as tape:
-            tape.watch(x)
-            y = jt.reduce_logsumexp(x)
-        return tape.gradient(y, x)
-
-    grad.add("jitape eager", gradient, note="record + gradient", repeat=_repeat(n))
+    grad.add("jitape eager", _tape_gradient(jt, x), note="record + gradient", repeat=_repeat(n))
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
         y = jt.reduce_logsumexp(x)
@@ -60,13 +63,7 @@ def add_jitape(grad, fwd, n, jt):
 
 def add_tensorflow(grad, fwd, n, tf):
     x = tf.constant(data(n))
-
-    def gradient():
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = tf.reduce_logsumexp(x)
-        return tape.gradient(y, x)
-
+    gradient = _tape_gradient(tf, x)
     grad.add("TF eager", gradient, repeat=_repeat(n))
     grad.add("tf.function", tf.function(gradient), note="first call = trace", repeat=_repeat(n))
     fwd.add("TF eager", lambda: tf.reduce_logsumexp(x), repeat=_repeat(n))

@@ -201,3 +201,25 @@ def test_recorded_per_example_gradients_through_a_call():
 
     for got, want in zip(outer_gradient(f), outer_gradient(f.python_function)):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_forward_mode_over_a_call_compiled_and_recorded():
+    f = jt.function(lambda x: jt.tanh(x * x) * jt.exp(x))
+    x = jt.constant([0.3, -0.7, 1.1], jt.float64)
+    v = np.array([1.0, -2.0, 0.5])
+
+    def jvps(fn):
+        with jt.GradientTape() as outer:
+            outer.watch(x)
+            with jt.autodiff.ForwardAccumulator(x, v) as acc:
+                y = fn(x)
+            jvp = acc.jvp(y)        # recorded: the outer tape tracks x
+            total = jt.reduce_sum(jvp * jvp)
+        with jt.autodiff.ForwardAccumulator(x, v) as acc:
+            compiled = acc.jvp(fn(x))
+        return jvp, outer.gradient(total, x), compiled
+
+    want = jvps(f.python_function)
+    for _ in range(2):
+        for got, expected in zip(jvps(f), want):
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12)
