@@ -177,9 +177,10 @@ def source_blocks(program, adjoint):
     return blocks
 
 
-def lowered(tape, targets, sources):
-    """The Program of a tape's derivative (a persistent tape's are kept: see program.lower)."""
-    return lower(tape, targets, sources, _arena)
+def lowered(tape, targets, sources, first_order=False):
+    """The Program of a tape's derivative (a persistent tape's are kept: see program.lower); with
+    `first_order`, only reverse and tangent sweeps will run on it."""
+    return lower(tape, targets, sources, _arena, first_order)
 
 
 def source_gradients(program, seeds, sources):

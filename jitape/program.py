@@ -12,6 +12,8 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.planning import plan
 
+from . import config
+
 
 @dataclass(eq=False)
 class Program:
@@ -62,15 +64,19 @@ class Program:
     __repr__ = __str__
 
 
-def fill_arena(values, scalar_slots, array_slots, size, dtype, allocate):
-    """The arena of a planned Program: the recorded values of its slots, scalars first (one np.fromiter),
-    then arrays (one np.concatenate)."""
+def fill_arena(values, slots, scalar_slots, array_slots, size, dtype, allocate):
+    """The arena of a planned Program: the recorded values of the slots its sweeps read, scalars first (one
+    np.fromiter), then arrays (one np.concatenate); the rest of the arena is left as allocated (NaN with
+    jt.config.check_unread_values, so a kernel reading a value its opcode does not declare shows)."""
     arena = allocate(size, dtype)
+    if config.check_unread_values:
+        arena.fill(np.nan)
     n_scalar = scalar_slots.size
     if n_scalar:
         arena[:n_scalar] = np.fromiter(map(values.__getitem__, scalar_slots.tolist()), dtype, n_scalar)
     if array_slots.size:
-        np.concatenate(list(map(values.__getitem__, array_slots.tolist())), axis=None, out=arena[n_scalar:],
+        stop = n_scalar + int(slots[array_slots, oc.SIZE].sum())
+        np.concatenate(list(map(values.__getitem__, array_slots.tolist())), axis=None, out=arena[n_scalar:stop],
                        casting="same_kind")
     return arena
 
@@ -84,25 +90,27 @@ def _slot_if_tracked(tape, t):
     return tape._slot(t) if t._id in tape._tracked else -1
 
 
-def lower(tape, targets, sources, allocate=np.empty):
+def lower(tape, targets, sources, allocate=np.empty, first_order=False):
     """The Program computing d(targets)/d(sources) from what `tape` recorded.
 
     `allocate(size, dtype)` provides the arena (a reused workspace for internal sweeps). A persistent tape
     keeps its Programs (each with an arena of its own), keyed by what was recorded so far and the
-    (targets, sources) slots: repeated derivatives of one recording never plan again.
+    (targets, sources) slots: repeated derivatives of one recording never plan again. `first_order`: only
+    first-order sweeps (reverse, tangent) will run on the Program, so its arena holds only the values their
+    rules read (a persistent tape's Programs hold them all: a Hessian may follow).
     """
     target_slots = np.array([_slot_if_tracked(tape, t) for t in targets], np.int64)
     source_list = [_slot_if_tracked(tape, s) for s in sources]
     alias_lists = [tape._aliases.get(s._id, []) for s in sources]
     if not tape._persistent:
-        return _lower(tape, target_slots, source_list, alias_lists, allocate)
+        return _lower(tape, target_slots, source_list, alias_lists, allocate, first_order)
     key = (len(tape._rows), len(tape._slot_rows), target_slots.tobytes(), tuple(source_list),
            tuple(map(tuple, alias_lists)))
     program = tape._programs.get(key)
     if program is None:
         if len(tape._programs) >= _PROGRAMS_KEPT:
             tape._programs.pop(next(iter(tape._programs)))
-        program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, np.empty)
+        program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, np.empty, False)
         program.keeps_cotangents = True
     return program
 
@@ -110,15 +118,15 @@ def lower(tape, targets, sources, allocate=np.empty):
 _PROGRAMS_KEPT = 8      # per persistent tape: a gradient, a Jacobian, a Hessian ... of one recording
 
 
-def _lower(tape, target_slots, source_list, alias_lists, allocate):
+def _lower(tape, target_slots, source_list, alias_lists, allocate, first_order):
     aliases = tuple(np.array(a, np.int64) for a in alias_lists)
     # views, not copies: they die with this call, so the tape's arrays can still grow
     rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
     slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
     code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, is_float64 = plan(
-        rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), False)
+        rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), False, first_order)
     dtype = np.float64 if is_float64 else np.float32
-    arena = fill_arena(tape._values, scalar_slots, array_slots, arena_size, dtype, allocate)
+    arena = fill_arena(tape._values, slots, scalar_slots, array_slots, arena_size, dtype, allocate)
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
     iattr = np.frombuffer(tape._iattr, np.int64).copy()
     return Program(code, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),

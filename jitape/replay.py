@@ -162,9 +162,9 @@ class Concrete:
         rows = np.frombuffer(trace._rows, np.int64).reshape(-1, 6)
         slot_rows = np.frombuffer(trace._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
-            rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True)
+            rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, False)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
-        self.arena = fill_arena(trace._values, scalar_slots, array_slots, arena_size, self.dtype, np.empty)
+        self.arena = fill_arena(trace._values, slots, scalar_slots, array_slots, arena_size, self.dtype, np.empty)
         # compact the slot table to the slots the Program uses
         used = np.flatnonzero(slots[:, oc.OFFSET] >= 0)
         renumber = np.full(slots.shape[0] + 1, -1, np.int64)     # index -1 maps to -1

@@ -64,7 +64,7 @@ class GradientTape(Recording):
         if must_record:
             found = recorded.gradient(self, targets, seeds, float_sources)
         else:
-            found = source_gradients(lowered(self, targets, float_sources), seeds, float_sources)
+            found = source_gradients(lowered(self, targets, float_sources, True), seeds, float_sources)
             for trace in traces:
                 trace.record_gradient(targets[0], float_sources, found)
         by_id = dict(zip((s._id for s in float_sources), found))
@@ -103,7 +103,7 @@ class GradientTape(Recording):
         if self._must_record():
             found = recorded.jacobian(self, target, flat_sources)
         else:
-            program = lowered(self, [target], flat_sources)
+            program = lowered(self, [target], flat_sources, True)
             found = [None if j is None else Tensor(j.reshape(target.shape + s.shape)[()])
                      for s, j in zip(flat_sources, source_jacobians(program, target.size, flat_sources))]
         results = []

@@ -99,6 +99,23 @@ ATTRIBUTES = tuple(row[3] for row in TABLE)
 # per opcode, how many fattr entries the "f" index of its block points at (0: none; CLIP's lo and hi: 2)
 FLOAT_COUNT = tuple((2 if row[0] == "clip" else 1) if row[3] == _F else 0 for row in TABLE)
 
+# What each opcode's first-order derivative rule (the reverse kernels, and forward mode's tangent kernels) reads
+# of the recorded values, as bits: READ_IN0/1/2 an input's value, READ_OUT the output's. A derivative of
+# first order fills only the values some instruction of its Program reads into the arena (planning.plan):
+# the linear ops (shape moves, sums, add) read none. Opcodes not named here read all of them.
+READ_IN0, READ_IN1, READ_IN2, READ_OUT = 1, 2, 4, 8
+_READ_INPUTS = READ_IN0 | READ_IN1 | READ_IN2
+_READS_BY_NAME = {
+    **dict.fromkeys(("copy", "neg", "scale", "sign", "add", "sub", "greater", "greater_equal", "less", "less_equal",
+                     "equal", "not_equal", "sum", "cumsum", "transpose", "tile", "slice", "pad", "place", "gather"),
+                    0),
+    **dict.fromkeys(("square", "log", "log1p", "sin", "cos", "abs", "relu", "softplus", "clip", "powc", "mul",
+                     "matmul"), _READ_INPUTS),
+    **dict.fromkeys(("sqrt", "exp", "tan", "tanh", "sigmoid", "inv"), READ_OUT),
+    "where": READ_IN0,
+}
+FIRST_ORDER_READS = tuple(_READS_BY_NAME.get(name, _READ_INPUTS | READ_OUT) for name in NAMES)
+
 # The sweeps dispatch on contiguous opcode ranges, in this order of families; _check_table proves the table
 # has them (a new opcode in the wrong place fails at import, it can never run as its neighbour's kernel).
 UNARY_LAST = POLYGAMMA

@@ -66,16 +66,20 @@ def derivative_plan(code, slots, targets, sources):
 
 
 @njit(cache=True, error_model="numpy")
-def plan(records, slot_rows, targets, sources, values):
+def plan(records, slot_rows, targets, sources, values, first_order):
     """Lower recorded rows to a Program: prune, activity analysis, arena and adjoint offsets.
 
     records   [n, 6] (op, out, in0, in1, in2, attr) as recorded by a tape
     slot_rows [n_slots, 3 + MAXRANK] (size, rank, is_float64, dims...) as recorded
     targets, sources: slots (-1 entries, for tensors the tape did not record, are skipped)
     values: keep the rows the targets' values need (a replayed function), not only their derivatives' rows
+    first_order: only first-order sweeps will run: the values no kept row's derivative rule reads
+    (opcodes.FIRST_ORDER_READS) are laid out last in the arena and left out of scalar_slots/array_slots,
+    so they are never copied
     Returns (code [m, W], slots [n_slots, S], adjoint_rows [n_slots], scalar_slots,
     array_slots, arena_size, adjoint_size, is_float64). Rows kept are those on a path
     from a source to a target; a slot gets an adjoint row only when it is such a path's.
+    scalar_slots then array_slots are the slots whose values fill the arena's start, in offset order.
     """
     n = records.shape[0]
     n_slots = slot_rows.shape[0]
@@ -97,6 +101,18 @@ def plan(records, slot_rows, targets, sources, values):
     for s in sources:
         if s >= 0:
             used[s] = True
+    if first_order:
+        read = np.zeros(n_slots, np.bool_)
+        for r in range(n):
+            if keep[r]:
+                bits = oc.FIRST_ORDER_READS[records[r, 0]]
+                for c in range(3):
+                    if bits & (1 << c) and records[r, 2 + c] >= 0:
+                        read[records[r, 2 + c]] = True
+                if bits & oc.READ_OUT:
+                    read[records[r, 1]] = True
+    else:
+        read = used
     slots = np.zeros((n_slots, oc.S), np.int64)
     slots[:, oc.OFFSET] = -1
     adjoint_rows = np.full(n_slots, -1, np.int64)
@@ -109,28 +125,34 @@ def plan(records, slot_rows, targets, sources, values):
         slots[s, oc.DIMS:] = slot_rows[s, 3:]
         if used[s]:
             is_float64 = is_float64 or slot_rows[s, 2] == 1
+        if read[s]:
             if slot_rows[s, 1] == 0:
                 n_scalar += 1
             else:
                 n_array += 1
     scalar_slots = np.empty(n_scalar, np.int64)
     array_slots = np.empty(n_array, np.int64)
-    # scalars first: they are packed with one np.fromiter, arrays with one np.concatenate
+    # the values read, scalars first: they are packed with one np.fromiter, arrays with one np.concatenate;
+    # then the slots whose values no sweep reads (their rows of the arena are never written)
     offset = 0
     k = 0
     for s in range(n_slots):
-        if used[s] and slot_rows[s, 1] == 0:
+        if read[s] and slot_rows[s, 1] == 0:
             slots[s, oc.OFFSET] = offset
             offset += 1
             scalar_slots[k] = s
             k += 1
     k = 0
     for s in range(n_slots):
-        if used[s] and slot_rows[s, 1] != 0:
+        if read[s] and slot_rows[s, 1] != 0:
             slots[s, oc.OFFSET] = offset
             offset += slot_rows[s, 0]
             array_slots[k] = s
             k += 1
+    for s in range(n_slots):
+        if used[s] and not read[s]:
+            slots[s, oc.OFFSET] = offset
+            offset += slot_rows[s, 0]
     adjoint_size = 0
     for s in range(n_slots):
         if used[s] and need[s] and active[s]:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import jitape as jt
 from jitape import execute
+from jitape.program import lower
 
 STEPS = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 10**6)), min_size=1, max_size=12)
 
@@ -205,3 +206,24 @@ def test_a_program_pickles_with_its_own_arrays_only():
     for name in ("code", "slots", "iattr", "fattr", "arena", "adjoint_rows", "targets", "sources"):
         np.testing.assert_array_equal(getattr(copy, name), getattr(program, name))
     assert str(copy) == str(program)
+
+
+def test_first_order_arena_holds_only_the_values_derivative_rules_read():
+    """A first-order Program copies only what its derivative rules read (opcodes.FIRST_ORDER_READS): here exp's
+    output; the linear ops' values (x, the shift, the scaled exp) are never copied. Its gradient is exact with
+    every other entry of the arena NaN (the tests run with jt.config.check_unread_values)."""
+    x = jt.constant(np.linspace(-1.0, 1.0, 50))
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        e = jt.exp(x - 0.5)
+        y = jt.reduce_sum(jt.transpose(jt.reshape(e, (5, 10))) * 2.0)
+
+    def nan_arena(size, dtype):
+        return np.full(size, np.nan, dtype)
+
+    lean = lower(tape, [y], [x], nan_arena, first_order=True)
+    full = lower(tape, [y], [x], nan_arena)
+    filled = lean.arena[~np.isnan(lean.arena)]
+    np.testing.assert_array_equal(filled, e.numpy())
+    assert not np.isnan(full.arena).any() and full.arena.size == lean.arena.size
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), 2.0 * e.numpy())

@@ -33,7 +33,7 @@ def warmup_steps():
     Program of each dtype compiles every kernel the interpreter can reach.
     """
     steps = [("plan", lambda: plan(np.zeros((0, 6), np.int64), np.zeros((0, 3 + oc.MAXRANK), np.int64),
-                                   np.zeros(0, np.int64), np.zeros(0, np.int64), False)),
+                                   np.zeros(0, np.int64), np.zeros(0, np.int64), False, False)),
              ("derivative_plan", lambda: derivative_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
                                                          np.zeros(0, np.int64), np.zeros(0, np.int64))),
              ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),

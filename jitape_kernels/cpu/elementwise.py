@@ -11,6 +11,7 @@ import math
 from numba import njit
 
 from .. import opcodes as oc
+from .vectormath import exp_array, sigmoid_array, tanh_array
 
 _TWO_OVER_SQRT_PI = 1.1283791670955126
 # B_2, B_4, ..., B_24: the Bernoulli numbers of the Euler-Maclaurin and asymptotic series below
@@ -315,7 +316,8 @@ def unary_second_derivative(op, x, y, p0, p1):
 
 @njit(cache=True, error_model="numpy")
 def unary_forward(op, x, out, p0, p1):
-    # the commonest ops as branch-free loops (they vectorise); the rest through unary_value's dispatch
+    # the commonest ops as branch-free loops (they vectorise; exp, tanh and sigmoid by the rules of vectormath);
+    # the rest through unary_value's dispatch
     n = x.size
     if op == oc.COPY:
         for i in range(n):
@@ -335,6 +337,12 @@ def unary_forward(op, x, out, p0, p1):
     elif op == oc.RELU:
         for i in range(n):
             out[i] = x[i] if x[i] > 0 else 0.0
+    elif op == oc.EXP:
+        exp_array(x, out)
+    elif op == oc.TANH:
+        tanh_array(x, out)
+    elif op == oc.SIGMOID:
+        sigmoid_array(x, out)
     else:
         for i in range(n):
             out[i] = unary_value(op, x[i], p0, p1)

@@ -9,14 +9,13 @@ from .. import opcodes as oc
 
 @njit(cache=True, error_model="numpy")
 def reduce_forward(op, x, out, outer, n, inner):
+    if op == oc.SUM:
+        _sum_forward(x, out, outer, n, inner)
+        return
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
-            if op == oc.SUM:
-                acc = 0.0
-                for a in range(n):
-                    acc += x[base + a * inner]
-            elif op == oc.PROD:
+            if op == oc.PROD:
                 acc = 1.0
                 for a in range(n):
                     acc *= x[base + a * inner]
@@ -37,6 +36,54 @@ def reduce_forward(op, x, out, outer, n, inner):
                         if v != v:
                             break
             out[o * inner + i] = acc
+
+
+@njit(cache=True, error_model="numpy")
+def _sum_forward(x, out, outer, n, inner):
+    """Sums in the arena's dtype, in numpy's order, so a replayed sum equals numpy's bit for bit: pairwise
+    along a contiguous axis, row after row (a vector loop) along an outer one."""
+    for o in range(outer):
+        base = o * n * inner
+        if inner == 1:
+            out[o] = pairwise_sum(x, base, n)
+            continue
+        row = out[o * inner:(o + 1) * inner]
+        row[:] = 0
+        for a in range(n):
+            start = base + a * inner
+            for i in range(inner):
+                row[i] += x[start + i]
+
+
+@njit(cache=True, error_model="numpy")
+def pairwise_sum(x, start, n):
+    """x[start:start + n] summed as numpy sums a contiguous axis (pairwise halves down to blocks of at most
+    128, eight running sums in a block; numpy/_core/src/umath/loops_utils.h.src)."""
+    if n < 8:
+        total = x.dtype.type(0)
+        for i in range(start, start + n):
+            total += x[i]
+        return total
+    if n <= 128:
+        r0, r1, r2, r3 = x[start], x[start + 1], x[start + 2], x[start + 3]
+        r4, r5, r6, r7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
+        stop = start + n - n % 8
+        for i in range(start + 8, stop, 8):
+            r0 += x[i]
+            r1 += x[i + 1]
+            r2 += x[i + 2]
+            r3 += x[i + 3]
+            r4 += x[i + 4]
+            r5 += x[i + 5]
+            r6 += x[i + 6]
+            r7 += x[i + 7]
+        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(stop, start + n):
+            total += x[i]
+        return total
+    half = n // 2
+    half -= half % 8
+    return pairwise_sum(x, start, half) + pairwise_sum(x, start + half, n - half)
 
 
 @njit(cache=True, error_model="numpy")

@@ -1,0 +1,131 @@
+"""exp, tanh and sigmoid as branch-free float64 arithmetic that LLVM vectorises.
+
+numba lowers math.exp and math.tanh to one libm call per element, which no loop
+vectorises (a 640,000-entry exp took 4-8 ms where numpy's SIMD loop takes 1-1.5
+ms). These rules use only multiplies, adds, rounding by a magic constant and
+integer bit moves, all of which have vector instructions on AVX2 and later:
+
+    exp(x) = 2^k e^r,  k = round(x / ln 2),  r = x - k ln 2 (|r| <= ln 2 / 2)
+
+with e^r by its Taylor series to r^13 (Estrin's scheme, so the dependency chain
+is short), and 2^k built from its exponent bits in two halves so that results
+down to the smallest subnormal and up to the largest double come out right.
+Measured against numpy: exp within 1 ulp (89% of random inputs equal), tanh and
+sigmoid within a few ulps; NaN in, NaN out. The loops that call these are compiled with
+fastmath "contract" only (fused multiply-adds), never with reassociation.
+"""
+import math
+
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def _float_from_bits(typingctx, bits):
+    """The float64 whose IEEE bits are the int64 `bits` (a register move, vectorisable)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def _bits_of_float(typingctx, value):
+    """The IEEE bits of the float64 `value` as an int64."""
+    if value != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01      # ln 2 split so that k * _LN2_HI is exact for |k| < 2^11
+_LN2_LO = 1.90821492927058770002e-10
+_MAGIC = 6755399441055744.0               # 1.5 * 2^52: adding it rounds to an integer, kept in the low bits
+_MAGIC_BITS = 0x4338000000000000
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
+def _reduced(x):
+    """(k as a float, k as an int64, r) with x = k ln 2 + r, |r| <= ln 2 / 2; x within [-746, 710]."""
+    shifted = x * _LOG2E + _MAGIC
+    k = shifted - _MAGIC
+    r = (x - k * _LN2_HI) - k * _LN2_LO
+    return k, _bits_of_float(shifted) - _MAGIC_BITS, r
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
+def _expm1_reduced(r):
+    """e^r - 1 for |r| <= ln 2 / 2, without cancellation: r + r^2 (1/2! + r/3! + ... + r^11/13!)."""
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    tail = ((1.0 / 2 + r * (1.0 / 6)) + r2 * (1.0 / 24 + r * (1.0 / 120))
+            + r4 * ((1.0 / 720 + r * (1.0 / 5040)) + r2 * (1.0 / 40320 + r * (1.0 / 362880)))
+            + r8 * ((1.0 / 3628800 + r * (1.0 / 39916800)) + r2 * (1.0 / 479001600 + r * (1.0 / 6227020800))))
+    return r + r2 * tail
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
+def _power_of_two(k_float, k):
+    """(2^h, 2^(k - h)) with h = round(k / 2): each half a normal double for k in [-1075, 1025]."""
+    h = _bits_of_float(k_float * 0.5 + _MAGIC) - _MAGIC_BITS
+    return _float_from_bits((h + 1023) << 52), _float_from_bits((k - h + 1023) << 52)
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
+def exp_value(x):
+    x = float(x)
+    clamped = min(max(x, -746.0), 710.0)      # beyond: 0 and inf, which the scaling below produces
+    k_float, k, r = _reduced(clamped)
+    low, high = _power_of_two(k_float, k)
+    value = (1.0 + _expm1_reduced(r)) * low * high
+    return x if x != x else value
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
+def _expm1_bounded(x):
+    """e^x - 1 for 0 <= x <= 40: 2^k (e^r - 1) + (2^k - 1), both terms exact but for one rounding."""
+    k_float, k, r = _reduced(x)
+    scale = _float_from_bits((k + 1023) << 52)
+    return scale * _expm1_reduced(r) + (scale - 1.0)
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
+def tanh_value(x):
+    x = float(x)
+    u = _expm1_bounded(min(abs(x), 20.0) * 2.0)        # tanh(20) rounds to 1
+    value = math.copysign(u / (u + 2.0), x)
+    return x if x != x else value
+
+
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
+def sigmoid_value(x):
+    """1 / (1 + e^-x), from e^-|x| (never overflows), as jitape's eager forward computes it."""
+    x = float(x)
+    e = exp_value(-abs(x))
+    d = 1.0 + e
+    return 1.0 / d if x >= 0 else e / d
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def exp_array(x, out):
+    for i in range(x.size):
+        out[i] = exp_value(x[i])
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def tanh_array(x, out):
+    for i in range(x.size):
+        out[i] = tanh_value(x[i])
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def sigmoid_array(x, out):
+    for i in range(x.size):
+        out[i] = sigmoid_value(x[i])
