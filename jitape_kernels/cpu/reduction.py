@@ -12,6 +12,10 @@ def reduce_forward(op, x, out, outer, n, inner):
     if op == oc.SUM:
         _sum_forward(x, out, outer, n, inner)
         return
+    if (op == oc.MAX or op == oc.MIN) and inner == 1:
+        for o in range(outer):
+            out[o] = _extremum(x, o * n, n, op == oc.MAX)
+        return
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
@@ -53,6 +57,38 @@ def _sum_forward(x, out, outer, n, inner):
             start = base + a * inner
             for i in range(inner):
                 row[i] += x[start + i]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _further(value, best, largest):
+    """value if it beats best (or is NaN: NaN propagates, and once best is NaN nothing beats it)."""
+    return value if ((value > best if largest else value < best) or value != value) else best
+
+
+@njit(cache=True, error_model="numpy")
+def _extremum(x, start, n, largest):
+    """The largest (smallest) of x[start:start + n], NaN if any is; eight independent running extrema."""
+    best = -np.inf if largest else np.inf
+    if n >= 8:
+        b0, b1, b2, b3 = x[start], x[start + 1], x[start + 2], x[start + 3]
+        b4, b5, b6, b7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
+        stop = start + n - n % 8
+        for i in range(start + 8, stop, 8):
+            b0 = _further(x[i], b0, largest)
+            b1 = _further(x[i + 1], b1, largest)
+            b2 = _further(x[i + 2], b2, largest)
+            b3 = _further(x[i + 3], b3, largest)
+            b4 = _further(x[i + 4], b4, largest)
+            b5 = _further(x[i + 5], b5, largest)
+            b6 = _further(x[i + 6], b6, largest)
+            b7 = _further(x[i + 7], b7, largest)
+        best = _further(b0, best, largest)
+        for b in (b1, b2, b3, b4, b5, b6, b7):
+            best = _further(b, best, largest)
+        start, n = stop, n % 8
+    for i in range(start, start + n):
+        best = _further(x[i], best, largest)
+    return best
 
 
 @njit(cache=True, error_model="numpy")

@@ -6,9 +6,11 @@ columns and they have no second-order terms.
 SLICE and PAD are each other's adjoint: SLICE reads in[starts + i * steps], PAD
 writes out[starts + i * steps] = in[i] into zeros.
 
-Rank-generic ops build an index map once (an odometer walk, no divmod per
-element) and then gather forward / scatter-add in reverse through it; PLACE and
-GATHER compute their runs in closed form. Attribute blocks are laid out as
+TRANSPOSE, SLICE and PAD that keep the last axis contiguous walk runs of it
+(an odometer over the leading axes, nothing allocated per entry); other
+rank-generic maps are built once as an index map (an odometer walk, no divmod
+per element) and then gather forward / scatter-add in reverse through it; PLACE
+and GATHER compute their runs in closed form. Attribute blocks are laid out as
 documented in opcodes.py.
 """
 import numpy as np
@@ -87,39 +89,88 @@ def tile_map(in_dims, out_dims):
 
 
 @njit(cache=True, error_model="numpy")
-def index_map(op, iattr, a):
-    """The map of a rank-generic op. TRANSPOSE/TILE/SLICE map output -> input; PAD maps input -> output."""
+def affine_spec(op, iattr, a):
+    """TRANSPOSE, SLICE and PAD as an affine map (dims, base, steps): index i of dims (row-major) goes to offset
+    base + sum(i[d] * steps[d]); output -> input, PAD's input -> output."""
     rank = iattr[a]
     in_dims = iattr[a + 1:a + 1 + rank]
     third = iattr[a + 1 + rank:a + 1 + 2 * rank]
+    steps = np.empty(rank, np.int64)
     if op == oc.TRANSPOSE:
         in_strides = _strides(in_dims)
-        out_dims = np.empty(rank, np.int64)
-        steps = np.empty(rank, np.int64)
+        dims = np.empty(rank, np.int64)
         for d in range(rank):
-            out_dims[d] = in_dims[third[d]]
+            dims[d] = in_dims[third[d]]
             steps[d] = in_strides[third[d]]
-        return affine_map(out_dims, 0, steps)
-    if op == oc.TILE:
-        return tile_map(in_dims, third)
+        return dims, 0, steps
     starts = iattr[a + 1 + 2 * rank:a + 1 + 3 * rank]
-    steps = iattr[a + 1 + 3 * rank:a + 1 + 4 * rank]
-    if op == oc.SLICE:
-        return _window_map(in_dims, third, starts, steps)
-    # PAD: input index i lands at starts + i * steps of the (larger) output
-    return _window_map(third, in_dims, starts, steps)
+    window_steps = iattr[a + 1 + 3 * rank:a + 1 + 4 * rank]
+    # the window starts + i * window_steps of the larger shape, for every index i of the smaller
+    large, small = (in_dims, third) if op == oc.SLICE else (third, in_dims)
+    large_strides = _strides(large)
+    base = 0
+    for d in range(rank):
+        base += starts[d] * large_strides[d]
+        steps[d] = window_steps[d] * large_strides[d]
+    return small.copy(), base, steps
 
 
 @njit(cache=True, error_model="numpy")
-def _window_map(large_dims, small_dims, starts, steps):
-    """Offsets in `large_dims` of the window starts + i * steps, for every index i of `small_dims`."""
-    large_strides = _strides(large_dims)
-    base = 0
-    strides = np.empty(large_dims.size, np.int64)
-    for d in range(large_dims.size):
-        base += starts[d] * large_strides[d]
-        strides[d] = steps[d] * large_strides[d]
-    return affine_map(small_dims, base, strides)
+def index_map(op, iattr, a):
+    """The map of a rank-generic op. TRANSPOSE/TILE/SLICE map output -> input; PAD maps input -> output."""
+    if op == oc.TILE:
+        rank = iattr[a]
+        return tile_map(iattr[a + 1:a + 1 + rank], iattr[a + 1 + rank:a + 1 + 2 * rank])
+    dims, base, steps = affine_spec(op, iattr, a)
+    return affine_map(dims, base, steps)
+
+
+_MIN_RUN = 8        # entries per run (last axis x K columns) from which runs beat an index map
+
+
+@njit(cache=True, error_model="numpy")
+def affine_runs(op, iattr, a, mapped, plain, into_mapped, add, K):
+    """TRANSPOSE, SLICE or PAD without an index map when its map keeps the last axis contiguous (step 1) and
+    that axis has at least _MIN_RUN entries (times K): run by run, plain rows in order against mapped rows
+    where affine_spec sends them, on flat views of [size, K] buffers. into_mapped: mapped (+)= plain, else
+    plain (+)= mapped; add: accumulate rather than set. False (nothing done) when the map does not qualify."""
+    if op == oc.TILE:
+        return False
+    dims, base, steps = affine_spec(op, iattr, a)
+    rank = dims.size
+    if rank == 0 or steps[rank - 1] != 1 or dims[rank - 1] * K < _MIN_RUN:
+        return False
+    length = dims[rank - 1] * K
+    runs = 1
+    for d in range(rank - 1):
+        runs *= dims[d]
+    index = np.zeros(rank, np.int64)
+    position = base
+    for p in range(runs):
+        e = p * length
+        m = position * K
+        if into_mapped and add:
+            for j in range(length):
+                mapped[m + j] += plain[e + j]
+        elif into_mapped:
+            for j in range(length):
+                mapped[m + j] = plain[e + j]
+        elif add:
+            for j in range(length):
+                plain[e + j] += mapped[m + j]
+        else:
+            for j in range(length):
+                plain[e + j] = mapped[m + j]
+        d = rank - 2           # the next run: an odometer over the leading axes
+        while d >= 0:
+            index[d] += 1
+            position += steps[d]
+            if index[d] < dims[d]:
+                break
+            position -= steps[d] * dims[d]
+            index[d] = 0
+            d -= 1
+    return True
 
 
 @njit(cache=True, error_model="numpy")
@@ -156,9 +207,13 @@ def mapped_forward(op, iattr, a, x, out):
             for e in range(block):
                 out[start + e] = x[e]
         return
-    m = index_map(op, iattr, a)
     if op == oc.PAD:
         out[:] = 0
+    # PAD writes the mapped side (its output), TRANSPOSE and SLICE read it (their input)
+    if affine_runs(op, iattr, a, out if op == oc.PAD else x, x if op == oc.PAD else out, op == oc.PAD, False, 1):
+        return
+    m = index_map(op, iattr, a)
+    if op == oc.PAD:
         for e in range(m.size):
             out[m[e]] = x[e]
     else:
@@ -204,6 +259,11 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
     in += map^T(out) (cotangents)."""
     if leading_broadcast_block(op, iattr, a):
         _repeat_add(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), not transpose)
+        return
+    K = out_rows.shape[1]
+    mapped, plain = (out_rows, in_rows) if op == oc.PAD else (in_rows, out_rows)
+    if affine_runs(op, iattr, a, mapped.reshape(mapped.size), plain.reshape(plain.size), (op == oc.PAD) != transpose,
+                   True, K):
         return
     m = index_map(op, iattr, a)
     src, dst = (out_rows, in_rows) if transpose else (in_rows, out_rows)

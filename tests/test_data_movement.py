@@ -1,0 +1,69 @@
+"""TRANSPOSE, SLICE and PAD on both kernel paths (runs along a contiguous last axis, and index maps), and
+MAX/MIN's eight-lane forward, against numpy: replayed values, gradients (K = 1) and Jacobians (K columns),
+for last axes shorter and longer than a run."""
+import numpy as np
+import pytest
+
+import jitape as jt
+from jitape import execute
+
+CASES = [
+    ("transpose keeps the last axis", lambda t: jt.transpose(t, (1, 0, 2)), lambda a: np.transpose(a, (1, 0, 2))),
+    ("transpose moves the last axis", lambda t: jt.transpose(t, (2, 0, 1)), lambda a: np.transpose(a, (2, 0, 1))),
+    ("contiguous slice", lambda t: t[1:, ::2, 1:], lambda a: a[1:, ::2, 1:]),
+    ("strided slice", lambda t: t[:, 1:, ::2], lambda a: a[:, 1:, ::2]),
+    ("dropped axis", lambda t: t[1, :, 2:], lambda a: a[1, :, 2:]),
+    ("pad", lambda t: jt.pad(t, [[1, 0], [0, 2], [3, 1]]), lambda a: np.pad(a, [[1, 0], [0, 2], [3, 1]])),
+]
+
+
+@pytest.mark.parametrize("last", [3, 7, 8, 20])
+@pytest.mark.parametrize("name,op,reference", CASES, ids=[c[0] for c in CASES])
+def test_moves_on_every_path(name, op, reference, last):
+    rng = np.random.default_rng(last)
+    a = rng.standard_normal((3, 4, last))
+    x = jt.constant(a)
+    expected = reference(a)
+    weights = rng.standard_normal(expected.shape)
+    replayed = jt.function(op)
+    replayed(x)
+    np.testing.assert_array_equal(replayed(x).numpy(), expected)
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = op(x)
+        total = jt.reduce_sum(y * weights)
+    # the map is linear: its gradient and its Jacobian (K columns) are exact
+    jacobian = np.stack([reference(e.reshape(a.shape)) for e in np.eye(a.size)], axis=-1).reshape(
+        expected.shape + a.shape)
+    np.testing.assert_array_equal(tape.gradient(total, x).numpy(), np.tensordot(weights, jacobian, weights.ndim))
+    np.testing.assert_array_equal(tape.jacobian(y, x).numpy(), jacobian)
+    program = execute.lowered(tape, [y], [x])
+    for mode in ("forward", "reverse"):        # tangent columns through the map, cotangent columns through its transpose
+        (found,) = execute.source_jacobians(program, y.size, [x], mode)
+        np.testing.assert_array_equal(found.reshape(jacobian.shape), jacobian)
+    grad = jt.grad(lambda v: jt.reduce_sum(op(v) * weights))
+    grad(x)
+    np.testing.assert_array_equal(grad(x).numpy(), np.tensordot(weights, jacobian, weights.ndim))
+
+
+@pytest.mark.parametrize("reduce,reference", [(jt.reduce_max, np.max), (jt.reduce_min, np.min)], ids=["max", "min"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_replayed_extrema_with_nan_and_infinities(reduce, reference, dtype):
+    rng = np.random.default_rng(11)
+    for n in [1, 2, 7, 8, 9, 15, 16, 17, 33, 1000]:
+        f = jt.function(lambda v: reduce(v))        # one per size: every later call replays
+        values = rng.standard_normal(n).astype(dtype)
+        variants = [values]
+        for special in (np.nan, np.inf, -np.inf):
+            for position in {0, n // 2, n - 1}:
+                v = values.copy()
+                v[position] = special
+                variants.append(v)
+        for v in variants:
+            f(jt.constant(v))
+            np.testing.assert_array_equal(f(jt.constant(v)).numpy(), reference(v))
+    rows = rng.standard_normal((5, 19)).astype(dtype)
+    rows[2, 11] = np.nan
+    g = jt.function(lambda v: reduce(v, axis=1))
+    g(jt.constant(rows))
+    np.testing.assert_array_equal(g(jt.constant(rows)).numpy(), reference(rows, axis=1))
