@@ -224,17 +224,23 @@ def _sum_out(x, subs, keep):
     return x, subs
 
 
-def _contract(a, sa, b, sb, keep):
+def _contract(a, sa, b, sb, keep, out):
+    """a (subscripts sa) contracted with b over the subscripts they share that `keep` lacks: one batched matmul
+    between transposes, with whichever operand on the left moves fewer entries (`out`: the result's final
+    order, for the last contraction)."""
     a, sa = _sum_out(a, sa, keep + sb)
     b, sb = _sum_out(b, sb, keep + sa)
     batch = [c for c in sa if c in sb and c in keep]
     summed = [c for c in sa if c in sb and c not in keep]
-    free_a = [c for c in sa if c not in sb]
-    free_b = [c for c in sb if c not in sa]
     size = {}
     for x, s in ((a, sa), (b, sb)):
         for c, d in zip(s, x.shape):
             size[c] = d if size.get(c, 1) == 1 else size[c]      # a size-1 dim broadcasts, a 0 does not
+    if _transposes_moved(b, sb, a, sa, batch, summed, out, size) < _transposes_moved(a, sa, b, sb, batch, summed,
+                                                                                   out, size):
+        a, sa, b, sb = b, sb, a, sa
+    free_a = [c for c in sa if c not in sb]
+    free_b = [c for c in sb if c not in sa]
     a = _shape.transpose(a, [sa.index(c) for c in batch + free_a + summed])
     b = _shape.transpose(b, [sb.index(c) for c in batch + summed + free_b])
     a = _shape.broadcast_to(a, tuple(size[c] for c in batch + free_a + summed))
@@ -243,6 +249,20 @@ def _contract(a, sa, b, sb, keep):
     m, k, n = (math.prod(size[c] for c in group) for group in (free_a, summed, free_b))
     y = matmul(_shape.reshape(a, nb + (m, k)), _shape.reshape(b, nb + (k, n)))
     return _shape.reshape(y, tuple(size[c] for c in batch + free_a + free_b)), "".join(batch + free_a + free_b)
+
+
+def _transposes_moved(left, sl, right, sr, batch, summed, out, size):
+    """What the transposes of a contraction with `left` as the matmul's left operand cost, in entries moved: a
+    permutation that keeps the last axis moves rows (one unit per entry), one that moves it gathers entry by
+    entry (four units); the identity is free. The result's transpose into `out` counts when out names it."""
+    free_l = [c for c in sl if c not in sr]
+    free_r = [c for c in sr if c not in sl]
+    result = batch + free_l + free_r
+    moves = [(list(sl), batch + free_l + summed, left.size), (list(sr), batch + summed + free_r, right.size)]
+    if sorted(out) == sorted(result):
+        moves.append((result, list(out), math.prod(size[c] for c in result)))
+    return sum(entries if before[-1] == after[-1] else 4 * entries
+               for before, after, entries in moves if before != after)
 
 
 @composite
@@ -254,7 +274,7 @@ def einsum(equation, *inputs, **kwargs):
     x, sx = operands[0]
     for i, (y, sy) in enumerate(operands[1:], start=1):
         later = out + "".join(s for _, s in operands[i + 1:])
-        x, sx = _contract(x, sx, y, sy, later)
+        x, sx = _contract(x, sx, y, sy, later, out)
     x, sx = _sum_out(x, sx, out)
     if sorted(sx) != sorted(out):
         raise ValueError(f"einsum: output subscripts {out!r} are not all in the inputs of {equation!r}")
