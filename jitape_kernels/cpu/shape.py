@@ -40,19 +40,26 @@ def affine_map(dims, base, steps):
         return out
     idx = np.zeros(rank, np.int64)
     pos = base
-    last = rank - 1
     for e in range(size):
         out[e] = pos
-        d = last
-        while d >= 0:
-            idx[d] += 1
-            pos += steps[d]
-            if idx[d] < dims[d]:
-                break
-            pos -= steps[d] * dims[d]
-            idx[d] = 0
-            d -= 1
+        pos = _odometer_step(idx, dims, steps, pos, rank - 1)
     return out
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _odometer_step(index, dims, steps, position, last):
+    """Advance the row-major `index` over dims[:last + 1] by one and return `position` moved by `steps` with
+    it (a wrapped axis steps back)."""
+    d = last
+    while d >= 0:
+        index[d] += 1
+        position += steps[d]
+        if index[d] < dims[d]:
+            break
+        position -= steps[d] * dims[d]
+        index[d] = 0
+        d -= 1
+    return position
 
 
 @njit(cache=True, error_model="numpy")
@@ -161,15 +168,7 @@ def affine_runs(op, iattr, a, mapped, plain, into_mapped, add, K):
         else:
             for j in range(length):
                 plain[e + j] = mapped[m + j]
-        d = rank - 2           # the next run: an odometer over the leading axes
-        while d >= 0:
-            index[d] += 1
-            position += steps[d]
-            if index[d] < dims[d]:
-                break
-            position -= steps[d] * dims[d]
-            index[d] = 0
-            d -= 1
+        position = _odometer_step(index, dims, steps, position, rank - 2)      # the next run
     return True
 
 
