@@ -317,3 +317,13 @@ def test_an_inner_gradient_through_a_variable_assigned_between_its_reads():
         expected = step(jt.constant(value))
         v.assign(2.0)
         assert float(traced(jt.constant(value))) == pytest.approx(float(expected))
+
+
+def test_stop_gradient_is_a_guard_never_a_stale_constant():
+    """stop_gradient's value is not recorded, so a replay on another value must trace again (a guard): before,
+    a replay returned the traced value (f(5) was 9, its gradient 3)."""
+    f = jt.function(lambda x: x * 2 - jt.stop_gradient(x))
+    assert float(f(jt.constant(1.0))) == 1.0 and float(f(jt.constant(5.0))) == 5.0
+    assert float(f(jt.constant(5.0))) == 5.0 and f.trace_count == 2
+    g = jt.grad(lambda x: x * jt.stop_gradient(x))
+    assert float(g(jt.constant(3.0))) == 3.0 and float(g(jt.constant(5.0))) == 5.0

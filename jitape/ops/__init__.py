@@ -5,6 +5,7 @@ import sys
 import numpy as np
 
 from ..tensor import Tensor
+from ..tracing import observe
 from . import core, elementwise, indexing, linalg, matrix, nn, reduction, shape, sorting
 from .core import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from .elementwise import (abs, add, cast, clip_by_value, cos, divide, elu, equal, exp, greater,
@@ -29,8 +30,10 @@ from .shape import (broadcast_to, concat, expand_dims, gather, getitem, pad, res
 
 
 def stop_gradient(input, name=None):
-    """The value of `input`, never recorded: no gradient flows through it."""
+    """The value of `input`, never recorded: no gradient flows through it. In a jt.function trace the value is
+    a guard (a replay on another value traces again), never a stale constant."""
     t = core.as_tensor(input)
+    observe(t, "jt.stop_gradient")
     return Tensor(t._value)
 
 
