@@ -257,6 +257,14 @@ def add_all(table, groups, extra=()):
             table.add_group(library, add, *extra, module)
 
 
+def add_tensorflow_rows(grad, fwd, tf, gradient, forward, **options):
+    """The four TensorFlow rows of a gradient table and its forward table: eager and under tf.function."""
+    grad.add("TF eager", gradient, **options)
+    grad.add("tf.function", tf.function(gradient), note="first call = trace", **options)
+    fwd.add("TF eager", forward, **options)
+    fwd.add("tf.function", tf.function(forward), note="first call = trace", **options)
+
+
 def main(build_tables, argv=None):
     """Entry point of a single benchmark script: `--profile` adds cProfile
     listings of the jitape rows."""

@@ -86,10 +86,7 @@ def add_tensorflow(grad, fwd, tf):
             value = loss()
         return tape.gradient(value, variables)
 
-    grad.add("TF eager", gradient)
-    grad.add("tf.function", tf.function(gradient), note="first call = trace")
-    fwd.add("TF eager", loss)
-    fwd.add("tf.function", tf.function(loss), note="first call = trace")
+    harness.add_tensorflow_rows(grad, fwd, tf, gradient, loss)
 
 
 def add_torch(grad, fwd, torch):

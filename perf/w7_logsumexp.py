@@ -63,12 +63,8 @@ def add_jitape(grad, fwd, n, jt):
 
 def add_tensorflow(grad, fwd, n, tf):
     x = tf.constant(data(n))
-    gradient = _tape_gradient(tf, x)
-    grad.add("TF eager", gradient, repeat=_repeat(n))
-    grad.add("tf.function", tf.function(gradient), note="first call = trace", repeat=_repeat(n))
-    fwd.add("TF eager", lambda: tf.reduce_logsumexp(x), repeat=_repeat(n))
-    fwd.add("tf.function", tf.function(lambda: tf.reduce_logsumexp(x)), note="first call = trace",
-            repeat=_repeat(n))
+    harness.add_tensorflow_rows(grad, fwd, tf, _tape_gradient(tf, x), lambda: tf.reduce_logsumexp(x),
+                                repeat=_repeat(n))
 
 
 def add_torch(grad, fwd, n, torch):

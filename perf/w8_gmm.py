@@ -171,10 +171,7 @@ def add_tensorflow(grad, fwd, d, k, tf):
             y = f()
         return tape.gradient(y, params)
 
-    grad.add("TF eager", gradient)
-    grad.add("tf.function", tf.function(gradient), note="first call = trace")
-    fwd.add("TF eager", f)
-    fwd.add("tf.function", tf.function(f), note="first call = trace")
+    harness.add_tensorflow_rows(grad, fwd, tf, gradient, f)
 
 
 def add_torch(grad, fwd, d, k, torch):
