@@ -5,7 +5,6 @@ import sys
 import numpy as np
 
 from ..tensor import Tensor
-from ..tracing import observe
 from . import core, elementwise, indexing, linalg, matrix, nn, reduction, shape, sorting
 from .core import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from .elementwise import (abs, add, cast, clip_by_value, cos, divide, elu, equal, exp, greater,
@@ -29,12 +28,11 @@ from .shape import (broadcast_to, concat, expand_dims, gather, getitem, pad, res
                     strided_slice, tile, transpose, unstack)
 
 
+@core.reads_values
 def stop_gradient(input, name=None):
     """The value of `input`, never recorded: no gradient flows through it. In a jt.function trace the value is
     a guard (a replay on another value traces again), never a stale constant."""
-    t = core.as_tensor(input)
-    observe(t, "jt.stop_gradient")
-    return Tensor(t._value)
+    return Tensor(core.as_tensor(input)._value)
 
 
 def _reversed(fn):

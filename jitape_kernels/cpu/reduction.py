@@ -23,22 +23,11 @@ def reduce_forward(op, x, out, outer, n, inner):
                 acc = 1.0
                 for a in range(n):
                     acc *= x[base + a * inner]
-            elif op == oc.MAX:
-                acc = -np.inf
-                for a in range(n):
-                    v = x[base + a * inner]
-                    if v > acc or v != v:
-                        acc = v
-                        if v != v:
-                            break
             else:
-                acc = np.inf
+                largest = op == oc.MAX
+                acc = -np.inf if largest else np.inf
                 for a in range(n):
-                    v = x[base + a * inner]
-                    if v < acc or v != v:
-                        acc = v
-                        if v != v:
-                            break
+                    acc = _further(x[base + a * inner], acc, largest)
             out[o * inner + i] = acc
 
 
