@@ -22,7 +22,8 @@ OUT_ADJ   adjoint row of the output     IN0_ADJ..IN2_ADJ   adjoint rows of the i
 Attribute blocks (iattr) per op family (TABLE below holds them as data)
 -----------------------------------------------------------------------
 compare              none (GREATER..NOT_EQUAL: 0/1 values, no derivative)
-elementwise          none, except ELU/SCALE/POWC/POLYGAMMA (fattr index) and CLIP (fattr index of lo, hi)
+elementwise          none, except ELU/SCALE/POWC/POLYGAMMA (fattr index) and CLIP (fattr index of lo, hi);
+                     STOP_GRADIENT is a copy with no derivative
 SUM/MAX/MIN/PROD     outer, n, inner          (reduce the middle axis of an [outer, n, inner] view)
 CUMSUM               outer, n, inner, exclusive, reverse   (running sums along the middle axis; linear)
 TRANSPOSE            rank, in_dims[rank], perm[rank]
@@ -49,13 +50,14 @@ OFFSET, SIZE, RANK, DIMS = 0, 1, 2, 3
     COPY, NEG, SQUARE, SQRT, EXP, LOG, LOG1P, SIN, COS, TAN, TANH, ABS, SIGN,
     SIGMOID, RELU, ELU, SOFTPLUS, CLIP, SCALE, POWC,
     SINH, COSH, ASINH, ACOSH, ATANH, ASIN, ACOS, ATAN, EXPM1, ERF, ERFC, LGAMMA, DIGAMMA, POLYGAMMA,
+    STOP_GRADIENT,
     ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, ATAN2,
     GREATER, GREATER_EQUAL, LESS, LESS_EQUAL, EQUAL, NOT_EQUAL,
     WHERE,
     SUM, MAX, MIN, PROD, CUMSUM,
     TRANSPOSE, TILE, SLICE, PAD, PLACE, GATHER,
     MATMUL, SOLVE, INV,
-) = range(63)
+) = range(64)
 
 FORMAT_VERSION = 1
 
@@ -73,7 +75,7 @@ TABLE = (
     ("sinh", "unary", 1, ()), ("cosh", "unary", 1, ()), ("asinh", "unary", 1, ()), ("acosh", "unary", 1, ()),
     ("atanh", "unary", 1, ()), ("asin", "unary", 1, ()), ("acos", "unary", 1, ()), ("atan", "unary", 1, ()),
     ("expm1", "unary", 1, ()), ("erf", "unary", 1, ()), ("erfc", "unary", 1, ()), ("lgamma", "unary", 1, ()),
-    ("digamma", "unary", 1, ()), ("polygamma", "unary", 1, _F),
+    ("digamma", "unary", 1, ()), ("polygamma", "unary", 1, _F), ("stop_gradient", "unary", 1, ()),
     ("add", "binary", 2, ()), ("sub", "binary", 2, ()), ("mul", "binary", 2, ()), ("div", "binary", 2, ()),
     ("pow", "binary", 2, ()), ("maximum", "binary", 2, ()), ("minimum", "binary", 2, ()),
     ("atan2", "binary", 2, ()),
@@ -106,8 +108,8 @@ FLOAT_COUNT = tuple((2 if row[0] == "clip" else 1) if row[3] == _F else 0 for ro
 READ_IN0, READ_IN1, READ_IN2, READ_OUT = 1, 2, 4, 8
 _READ_INPUTS = READ_IN0 | READ_IN1 | READ_IN2
 _READS_BY_NAME = {
-    **dict.fromkeys(("copy", "neg", "scale", "sign", "add", "sub", "greater", "greater_equal", "less", "less_equal",
-                     "equal", "not_equal", "sum", "cumsum", "transpose", "tile", "slice", "pad", "place", "gather"),
+    **dict.fromkeys(("copy", "stop_gradient", "neg", "scale", "sign", "add", "sub", "greater", "greater_equal",
+                     "less", "less_equal", "equal", "not_equal", "sum", "cumsum", "transpose", "tile", "slice", "pad", "place", "gather"),
                     0),
     **dict.fromkeys(("square", "log", "log1p", "sin", "cos", "abs", "relu", "softplus", "clip", "powc", "mul",
                      "matmul"), _READ_INPUTS),
@@ -118,9 +120,12 @@ FIRST_ORDER_READS = tuple(_READS_BY_NAME.get(name, _READ_INPUTS | READ_OUT) for 
 
 # The sweeps dispatch on contiguous opcode ranges, in this order of families; _check_table proves the table
 # has them (a new opcode in the wrong place fails at import, it can never run as its neighbour's kernel).
-UNARY_LAST = POLYGAMMA
+UNARY_LAST = STOP_GRADIENT
 BINARY_LAST = NOT_EQUAL          # the compare family is binary in the kernels: values 0/1, partials zero
 COMPARE_FIRST = GREATER          # compare outputs carry no derivative: activity never flows through them
+# STOP_GRADIENT and the compare family are recorded so that a replay recomputes their values, but their outputs
+# are constants to every derivative: planning.passes_derivatives is False for them, so activity never flows
+# through them and no derivative kernel runs them (their derivative rules are zero all the same).
 FAMILY_ORDER = ("unary", "binary", "compare", "where", "reduce", "cumsum", "mapped", "moved", "matmul",
                 "solve", "inv")
 _FAMILY_BOUNDS = {"unary": (COPY, UNARY_LAST), "binary": (ADD, ATAN2), "compare": (COMPARE_FIRST, BINARY_LAST),

@@ -7,18 +7,25 @@ from numba import njit
 from . import opcodes as oc
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def passes_derivatives(op):
+    """Whether an instruction's output can depend on the sources' derivatives: not for STOP_GRADIENT and the
+    comparisons (recorded so that replays recompute their values; constants to every derivative)."""
+    return op != oc.STOP_GRADIENT and not oc.COMPARE_FIRST <= op <= oc.BINARY_LAST
+
+
 @njit(cache=True, error_model="numpy")
 def reachability(rows, n_slots, targets, sources, values):
     """(need, active) per slot: `need` when a target depends on it, `active` when its value depends on a
-    source (`values` True) or its derivative does (False: compare rows pass no activity on, their outputs are
-    piecewise constant). rows: [n, >= 5] with out, in0..in2 in columns 1..4, as recorded and as in code."""
+    source (`values` True) or its derivative does (False: rows that do not pass derivatives pass no activity
+    on). rows: [n, >= 5] with out, in0..in2 in columns 1..4, as recorded and as in code."""
     n = rows.shape[0]
     need = np.zeros(n_slots, np.bool_)
     for t in targets:
         if t >= 0:
             need[t] = True
     for r in range(n - 1, -1, -1):
-        if need[rows[r, 1]] and (values or not oc.COMPARE_FIRST <= rows[r, 0] <= oc.BINARY_LAST):
+        if need[rows[r, 1]] and (values or passes_derivatives(rows[r, 0])):
             for c in range(2, 5):
                 if rows[r, c] >= 0:
                     need[rows[r, c]] = True
@@ -27,7 +34,7 @@ def reachability(rows, n_slots, targets, sources, values):
         if s >= 0:
             active[s] = True
     for r in range(n):
-        if not values and oc.COMPARE_FIRST <= rows[r, 0] <= oc.BINARY_LAST:
+        if not values and not passes_derivatives(rows[r, 0]):
             continue
         for c in range(2, 5):
             s = rows[r, c]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import jitape as jt
+from jitape_kernels import opcodes as oc
 from tests.test_tape import _count_python_calls
 
 
@@ -319,11 +320,40 @@ def test_an_inner_gradient_through_a_variable_assigned_between_its_reads():
         assert float(traced(jt.constant(value))) == pytest.approx(float(expected))
 
 
-def test_stop_gradient_is_a_guard_never_a_stale_constant():
-    """stop_gradient's value is not recorded, so a replay on another value must trace again (a guard): before,
-    a replay returned the traced value (f(5) was 9, its gradient 3)."""
+def test_stop_gradient_is_recorded_a_replay_recomputes_it_and_derivatives_treat_it_as_a_constant():
+    """stop_gradient is an instruction (STOP_GRADIENT): a replay recomputes its value without tracing again
+    (before it was a guard, and before that a stale constant: f(5) was 9), and every derivative path (reverse,
+    forward mode, second order, a jt.function inside a tape) sees a constant."""
     f = jt.function(lambda x: x * 2 - jt.stop_gradient(x))
-    assert float(f(jt.constant(1.0))) == 1.0 and float(f(jt.constant(5.0))) == 5.0
-    assert float(f(jt.constant(5.0))) == 5.0 and f.trace_count == 2
-    g = jt.grad(lambda x: x * jt.stop_gradient(x))
-    assert float(g(jt.constant(3.0))) == 3.0 and float(g(jt.constant(5.0))) == 5.0
+    assert [float(f(jt.constant(v))) for v in (1.0, 5.0, -2.5)] == [1.0, 5.0, -2.5] and f.trace_count == 1
+    g = jt.grad(lambda x: x * jt.stop_gradient(x) ** 2)
+    assert [float(g(jt.constant(v))) for v in (3.0, 5.0)] == [9.0, 25.0]
+    h = jt.hessian(lambda x: jt.reduce_sum(x ** 2 * jt.stop_gradient(x)))
+    np.testing.assert_allclose(h(jt.constant([1.0, -2.0])).numpy(), np.diag([2.0, -4.0]))
+    np.testing.assert_allclose(h(jt.constant([3.0, 0.5])).numpy(), np.diag([6.0, 1.0]))
+    weights = jt.constant([1.0, 2.0, 3.0])
+    forward_mode = jt.jacobian(lambda d: d * jt.stop_gradient(d) * weights)     # one source, three outputs
+    np.testing.assert_allclose(forward_mode(jt.constant(2.0)).numpy(), [2.0, 4.0, 6.0])
+    np.testing.assert_allclose(forward_mode(jt.constant(-1.0)).numpy(), [-1.0, -2.0, -3.0])
+    inner = jt.function(lambda x: jt.reduce_sum(x * jt.stop_gradient(jt.exp(x))))
+    for values in ([0.0, 1.0], [2.0, -1.0]):
+        x = jt.constant(values)
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = inner(x)
+        np.testing.assert_allclose(tape.gradient(y, x).numpy(), np.exp(values), rtol=1e-6)
+    assert inner.trace_count == 1
+
+
+def test_a_traced_logsumexp_shifts_by_a_recorded_maximum_its_derivatives_never_run():
+    """logsumexp's shift is recorded behind stop_gradient: replays use their own maximum (no overflow for new
+    inputs), and the derivative Program holds no MAX instruction."""
+    f = jt.function(lambda x: jt.reduce_logsumexp(x))
+    concrete = f.concrete(jt.constant([1.0, 2.0, 3.0], dtype="float64"))
+    derivative = concrete.program([concrete.outputs[0][1]], [concrete.arg_slots[0][1]])
+    assert oc.MAX in concrete.code[:, oc.OP] and oc.MAX not in derivative.code[:, oc.OP]
+    big = np.array([1000.0, 1001.0, 999.0])
+    assert float(f(jt.constant(big))) == pytest.approx(1001 + np.log(np.sum(np.exp(big - 1001))))
+    g = jt.grad(lambda x: jt.reduce_logsumexp(x))(jt.constant(big))
+    np.testing.assert_allclose(g.numpy(), np.exp(big - 1001) / np.sum(np.exp(big - 1001)))
+    assert f.trace_count == 1

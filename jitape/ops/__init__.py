@@ -10,7 +10,7 @@ from .core import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from .elementwise import (abs, add, cast, clip_by_value, cos, divide, elu, equal, exp, greater,
                           greater_equal, identity, less, less_equal, log, log1p, maximum, minimum,
                           multiply, negative, not_equal, pow, relu, round, sigmoid, sign, sin, softplus,
-                          sqrt, square, subtract, tan, tanh, where)
+                          sqrt, square, stop_gradient, subtract, tan, tanh, where)
 from .elementwise import (acos, acosh, asin, asinh, atan, atan2, atanh, cosh, digamma, erf, erfc, expm1, lgamma,
                           log2, log10, polygamma, sinh)
 from .linalg import clip_by_norm, einsum, inv, matmul, norm, solve, tensordot
@@ -26,13 +26,6 @@ from .reduction import reduce_all, reduce_any, reduce_std
 from .sorting import argmax, argmin, argsort, sort, top_k
 from .shape import (broadcast_to, concat, expand_dims, gather, getitem, pad, reshape, slice, squeeze, stack,
                     strided_slice, tile, transpose, unstack)
-
-
-@core.reads_values
-def stop_gradient(input, name=None):
-    """The value of `input`, never recorded: no gradient flows through it. In a jt.function trace the value is
-    a guard (a replay on another value traces again), never a stale constant."""
-    return Tensor(core.as_tensor(input)._value)
 
 
 def _reversed(fn):

@@ -28,7 +28,7 @@ class Primitive:
     vjp(g, out, inputs, params, wants)       input cotangents as jitape Tensors (None where not wanted)
     opcode                                   its instruction (jitape_kernels.opcodes.TABLE: name, family, arity,
                                              attribute layout); `kernels` names the CPU kernels that run it
-    differentiable                           False for piecewise-constant ops (comparisons): they are
+    differentiable                           False for comparisons and stop_gradient: they are
                                              recorded so a replay recomputes them, but pass no derivative on;
                                              their public functions are in NON_DIFFERENTIABLE, not PRIMITIVES
     """
@@ -60,13 +60,14 @@ def composite(fn):
 
 
 def non_differentiable(fn):
-    """Register a public op whose gradient is None, as in TensorFlow. Comparisons are recorded (a replayed
-    function recomputes them); the others compute on values, so they are `reads_values`."""
-    NON_DIFFERENTIABLE[fn.__name__] = fn if fn.__name__ in _RECORDED_COMPARISONS else reads_values(fn)
+    """Register a public op whose gradient is None, as in TensorFlow. Comparisons and stop_gradient are
+    recorded (a replayed function recomputes them); the others compute on values, so they are `reads_values`."""
+    NON_DIFFERENTIABLE[fn.__name__] = fn if fn.__name__ in _RECORDED_NON_DIFFERENTIABLE else reads_values(fn)
     return NON_DIFFERENTIABLE[fn.__name__]
 
 
-_RECORDED_COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
+_RECORDED_NON_DIFFERENTIABLE = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+                                "stop_gradient"}
 
 
 def reads_values(fn):

@@ -397,6 +397,20 @@ def _compare(name, opcode, fn):
     return non_differentiable(op)
 
 
+_stop_gradient = Primitive("stop_gradient", oc.STOP_GRADIENT, lambda x: x, _same, lambda g, out, ins, p, w: (None,),
+                           differentiable=False)
+
+
+@non_differentiable
+def stop_gradient(input, name=None):
+    """The value of `input`; no gradient flows through it. In a jt.function trace it is recorded (a copy that
+    every derivative treats as a constant), so a replay recomputes it from its new inputs."""
+    x = as_tensor(input)
+    if _traces.active and x._value.dtype.kind == "f":
+        return emit(_stop_gradient, (x,), x._value)
+    return Tensor(x._value)
+
+
 equal = _compare("equal", oc.EQUAL, np.equal)
 not_equal = _compare("not_equal", oc.NOT_EQUAL, np.not_equal)
 less = _compare("less", oc.LESS, np.less)

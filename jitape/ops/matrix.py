@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ..tensor import Tensor
+from ..tracing import _traces, observe
 from . import elementwise as _ew
 from . import linalg as _linalg
 from . import reduction as _red
@@ -182,6 +183,8 @@ def _lu_pivots(a):
         m = n - j
         column = np.abs(s._value[:, :, 0])
         pivot = np.argmax(column, axis=1)
+        if _traces.active:
+            _guard_pivots(s, pivot, batch, m)
         if pivot.any():
             perm = np.tile(np.arange(m), (batch, 1))
             rows = np.arange(batch)
@@ -207,6 +210,17 @@ def _lu_pivots(a):
         s = _shape.slice(s, (0, 1, 1), (batch, m - 1, m - 1)) - \
             _linalg.matmul(factors, _shape.slice(s, (0, 0, 1), (batch, 1, m - 1)))
     return _shape.stack(diagonal, axis=1), parity
+
+
+def _guard_pivots(s, pivot, batch, m):
+    """In a jt.function trace, the pivot rows chosen from s's values become guards, so a replay whose pivots
+    (or whose zero columns) differ traces again: recorded tests that the chosen entry of each first column is
+    still a largest one in magnitude, and whether it is zero."""
+    column = _ew.abs(_shape.reshape(_shape.slice(s, (0, 0, 0), (batch, m, 1)), (batch * m,)))
+    chosen = _shape.gather(column, pivot + m * np.arange(batch))
+    how = "the pivot rows of an LU factorisation (linalg.det, linalg.slogdet)"
+    observe(_ew.greater_equal(chosen, _red.reduce_max(_shape.reshape(column, (batch, m)), axis=1)), how)
+    observe(_ew.equal(chosen, 0.0), how)
 
 
 @composite
@@ -240,6 +254,7 @@ def slogdet(input, name=None):
     if a.shape[-1] == 0:
         return Tensor(np.ones(a.shape[:-2], a.dtype)[()]), Tensor(np.zeros(a.shape[:-2], a.dtype)[()])
     u, parity = _lu_pivots(a)
-    sign = Tensor((parity * np.prod(np.sign(u._value), axis=1)).reshape(a.shape[:-2]).astype(a.dtype)[()])
+    # recorded (a replay recomputes the signs of its pivots), a constant to derivatives
+    sign = _ew.stop_gradient(_shape.reshape(_red.reduce_prod(_ew.sign(u), axis=1) * Tensor(parity), a.shape[:-2]))
     log_abs = _red.reduce_sum(_ew.log(_ew.abs(u)), axis=1)
     return sign, _shape.reshape(log_abs, a.shape[:-2])

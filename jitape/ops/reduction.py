@@ -141,8 +141,9 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None):
     if x.size == 0:         # an empty axis: log(0) = -inf, as numpy's; no maximum to shift by
         peak = Tensor(np.zeros([1 if i in axes else d for i, d in enumerate(x.shape)], x.dtype))
     elif _traces.active:
-        # recorded, so a replay shifts by its own maximum (the shift's derivative is 1 - sum(softmax) = 0)
-        peak = reduce_max(x, axes, keepdims=True)
+        # recorded, so a replay shifts by its own maximum; a constant to derivatives (the shift's derivative
+        # is 1 - sum(softmax) = 0), so they do not run through the maximum
+        peak = _ew.stop_gradient(reduce_max(x, axes, keepdims=True))
         peak = _ew.where(_ew.equal(peak - peak, 0.0), peak, 0.0)       # finite maxima only
     else:
         peak = reduce_max(x, axes, keepdims=True)._value

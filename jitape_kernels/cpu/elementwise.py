@@ -75,11 +75,13 @@ def polygamma(n, x):
     return (n_factorial if n % 2 == 1 else -n_factorial) * total
 
 
-# The rarer unary ops (SINH .. POLYGAMMA) are called, not inlined: the common rules above are inlined into
+# The rarer unary ops (SINH .. STOP_GRADIENT) are called, not inlined: the common rules above are inlined into
 # every sweep's loops, and inlining these too would compile each of their bodies once per call site.
 @njit(cache=True, error_model="numpy")
 def special_value(op, x, p0):
-    """unary_value of SINH .. POLYGAMMA (x already float64; p0: polygamma's order)."""
+    """unary_value of SINH .. STOP_GRADIENT (x already float64; p0: polygamma's order)."""
+    if op == oc.STOP_GRADIENT:
+        return x
     if op == oc.SINH:
         return math.sinh(x)
     if op == oc.COSH:
@@ -112,7 +114,9 @@ def special_value(op, x, p0):
 
 @njit(cache=True, error_model="numpy")
 def special_derivative(op, x, y, p0):
-    """unary_derivative of SINH .. POLYGAMMA."""
+    """unary_derivative of SINH .. STOP_GRADIENT."""
+    if op == oc.STOP_GRADIENT:
+        return 0.0
     if op == oc.SINH:
         return math.cosh(x)
     if op == oc.COSH:
@@ -144,7 +148,7 @@ def special_derivative(op, x, y, p0):
 
 @njit(cache=True, error_model="numpy")
 def special_second_derivative(op, x, y, p0):
-    """unary_second_derivative of SINH .. POLYGAMMA."""
+    """unary_second_derivative of SINH .. STOP_GRADIENT."""
     if op == oc.SINH or op == oc.COSH:
         return y
     if op == oc.ASINH:
@@ -319,7 +323,7 @@ def unary_forward(op, x, out, p0, p1):
     # the commonest ops as branch-free loops (they vectorise; exp, tanh and sigmoid by the rules of vectormath);
     # the rest through unary_value's dispatch
     n = x.size
-    if op == oc.COPY:
+    if op == oc.COPY or op == oc.STOP_GRADIENT:
         for i in range(n):
             out[i] = x[i]
     elif op == oc.NEG:

@@ -689,6 +689,7 @@ def test_op(name):
 # Each non-differentiable op: a call on the watched 2-D float x and its numpy reference (value and dtype).
 NON_DIFFERENTIABLE_CASES = {
     "round": (jt.round, np.round),
+    "stop_gradient": (jt.stop_gradient, lambda x: x),
     **{name: (lambda x, name=name: getattr(jt, name)(x, 0.0), lambda x, name=name: getattr(np, name)(x, 0.0))
        for name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")},
     "argmax": (lambda x: jt.argmax(x, axis=1), lambda x: np.argmax(x, 1).astype(np.int64)),

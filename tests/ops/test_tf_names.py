@@ -37,6 +37,22 @@ def test_slogdet_sign_and_det_signs():
     assert float(jt.linalg.det(jt.constant([[1.0, 2.0], [2.0, 4.0]]))) == 0.0       # exactly singular
 
 
+def test_a_replayed_lu_never_uses_stale_pivots_or_signs():
+    """det and slogdet choose pivot rows from values: in a jt.function those choices are guards (a replay whose
+    pivots differ traces again) and slogdet's sign is recorded. Before, a replay returned the traced sign (1 for
+    a negative determinant) and nan through a first pivot that had become zero."""
+    sign = jt.function(lambda a: jt.linalg.slogdet(a)[0])
+    det = jt.function(lambda a: jt.linalg.det(a))
+    d_det = jt.grad(lambda a: jt.linalg.det(a))
+    positive, negative = np.array([[2.0, 1.0], [1.0, 3.0]]), np.array([[1.0, 2.0], [3.0, 4.0]])
+    zero_first_pivot = np.array([[0.0, 1.0], [2.0, 0.0]])
+    for m in (positive, negative, np.array([[-3.0, 1.0], [1.0, 2.0]]), zero_first_pivot, positive):
+        assert float(sign(jt.constant(m))) == np.linalg.slogdet(m)[0]
+        assert float(det(jt.constant(m))) == pytest.approx(np.linalg.det(m))
+        np.testing.assert_allclose(d_det(jt.constant(m)).numpy(), np.linalg.det(m) * np.linalg.inv(m).T)
+    assert sign.trace_count <= 3 and det.trace_count <= 3
+
+
 def test_det_gradient_is_det_times_inverse_transpose():
     x = jt.constant(A)
     with jt.GradientTape() as tape:
