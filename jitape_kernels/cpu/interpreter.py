@@ -78,8 +78,8 @@ def forward_sweep(code, slots, iattr, fattr, arena):
 @njit(cache=True, error_model="numpy")
 def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0=False, assign1=False):
     """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs.
-    assign0/assign1: input 0's / input 1's rows are first written here and hold no values yet (only the K = 1
-    elementwise kernels take them: they set those rows; the caller zeroes the rows of the others)."""
+    assign0/assign1: input 0's / input 1's rows are first written here and hold no values yet (only the
+    kernels that `sets_first_write` names take them: they set those rows; the caller zeroes the others')."""
     K = adjoint.shape[1]
     op = code[r, oc.OP]
     a = code[r, oc.ATTR]
@@ -116,7 +116,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0=Fa
         elif op <= oc.BINARY_LAST:
             binary_reverse(op, x, w, y, g_out, g0, g1, j0 >= 0, j1 >= 0)
         elif op == oc.MATMUL:
-            matmul_reverse(iattr, a, x, w, g_out, g0, g1, j0 >= 0, j1 >= 0)
+            matmul_reverse(iattr, a, x, w, g_out, g0, g1, j0 >= 0, j1 >= 0, assign0, assign1)
         else:
             solve_reverse(iattr, a, x, y, g_out, g0, g1, j0 >= 0, j1 >= 0)
         return
@@ -132,7 +132,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0=Fa
     if j0 < 0:
         return
     if op <= oc.PROD:
-        reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], transpose)
+        reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], transpose, assign0)
     elif op == oc.CUMSUM:
         cumsum_linear(g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
                       transpose)
@@ -142,6 +142,14 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0=Fa
         moved_linear(op, iattr, a, g_out, g0, transpose)
     else:
         inv_reverse(iattr, a, y, g_out, g0)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def sets_first_write(op, K, distinct_inputs):
+    """Whether op's reverse kernel sets (rather than adds to) the rows of an input it writes first: the K = 1
+    elementwise kernels, the reductions, and matmul when its operands are different slots (it writes one
+    operand's rows before the other's)."""
+    return (K == 1 and op <= oc.BINARY_LAST) or oc.SUM <= op <= oc.PROD or (op == oc.MATMUL and distinct_inputs)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -201,16 +209,16 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
                     if j1 >= 0:
                         _accumulate(adjoint, j1, k, g * db, first1)
             continue
-        elementwise = K == 1 and op <= oc.BINARY_LAST
+        sets = sets_first_write(op, K, code[r, oc.IN0] != code[r, oc.IN1])
         assign0 = assign1 = False
         for c in range(oc.IN0, oc.IN2 + 1):
             s = code[r, c]
             j = code[r, c + oc.IN0_ADJ - oc.IN0]
             if s >= 0 and j >= 0 and not written[s]:
                 written[s] = True
-                if elementwise and c == oc.IN0:
+                if sets and c == oc.IN0:
                     assign0 = True
-                elif elementwise and c == oc.IN1:
+                elif sets and c == oc.IN1:
                     assign1 = True
                 else:
                     adjoint[j:j + slots[s, oc.SIZE]] = 0

@@ -28,26 +28,45 @@ def matmul_forward(iattr, a, x, w, out):
     m, n = iattr[a + 2], iattr[a + 4]
     for b in range(matmul_batch(iattr[a], iattr[a + 1])):
         X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
-        out[b * m * n:(b + 1) * m * n] = np.dot(X, Wm).ravel()
+        np.dot(X, Wm, out[b * m * n:(b + 1) * m * n].reshape(m, n))
 
 
 @njit(cache=True, error_model="numpy")
-def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w):
-    m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
+def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, assign_x=False, assign_w=False):
+    """g_x += G W^T and g_w += X^T G per batch item (K columns). assign_x / assign_w: those rows are first
+    written here and hold no values yet, so the first product into them is written in place (no zero pass,
+    no temporary); a batch of one shared by the others' items accumulates after that."""
+    batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
     K = g_out.shape[1]
-    for b in range(matmul_batch(iattr[a], iattr[a + 1])):
+    batch = matmul_batch(batch_x, batch_w)
+    if batch == 0:          # no product: rows to be set are zeros
+        if want_x and assign_x:
+            g_x[:] = 0
+        if want_w and assign_w:
+            g_w[:] = 0
+        return
+    for b in range(batch):
         X, Wm, bx, bw = _matmul_operands(iattr, a, x, w, b)
         G = g_out[b * m * n:(b + 1) * m * n]
         if want_w:
             # dW[k, n*K] += X^T [k, m] @ G [m, n*K]
             GW = g_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K)
-            GW += np.dot(X.T, G.reshape(m, n * K))
+            if assign_w and (b == 0 or batch_w > 1):
+                np.dot(X.T, G.reshape(m, n * K), GW)
+            else:
+                GW += np.dot(X.T, G.reshape(m, n * K))
         if want_x:
             GX = g_x[bx * m * k:(bx + 1) * m * k]
+            first = assign_x and (b == 0 or batch_x > 1)
             if K == 1:
                 GXm = GX.reshape(m, k)
-                GXm += np.dot(G.reshape(m, n), Wm.T)
+                if first:
+                    np.dot(G.reshape(m, n), Wm.T, GXm)
+                else:
+                    GXm += np.dot(G.reshape(m, n), Wm.T)
             else:
+                if first:
+                    GX[:] = 0
                 _rows_times(Wm, G, GX, m, k, n)
 
 

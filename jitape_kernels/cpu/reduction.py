@@ -5,6 +5,7 @@ import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
+from .elementwise import _put
 
 
 @njit(cache=True, error_model="numpy")
@@ -137,13 +138,19 @@ def _partials(op, x, y, base, n, inner, d):
 
 
 @njit(cache=True, error_model="numpy")
-def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose):
+def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, assign=False):
     """The reduction's Jacobian over K columns: out += J in (tangents) or, transposed, in += J^T out
-    (cotangents)."""
+    (cotangents). assign (transposed): in's rows are first written here and hold no values yet."""
     K = out_rows.shape[1]
     if op == oc.SUM:
-        _sum_linear(out_rows, in_rows, outer, n, inner, transpose)
+        _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign)
         return
+    if op != oc.PROD and K == 1 and transpose:
+        _extremum_transposed(x, y, out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), outer, n,
+                             inner, assign)
+        return
+    if assign:
+        in_rows[:] = 0
     d = np.empty(n)
     for o in range(outer):
         for i in range(inner):
@@ -160,7 +167,26 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose):
 
 
 @njit(cache=True, error_model="numpy")
-def _sum_linear(out_rows, in_rows, outer, n, inner, transpose):
+def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign):
+    """MAX/MIN cotangents, K = 1: each reduced entry's cotangent split evenly between its tied extrema (as
+    TensorFlow), in two passes over its entries (count the ties, then write), with no partials array."""
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            r = o * inner + i
+            extremum = y[r]
+            ties = 0
+            for a in range(n):
+                ties += x[base + a * inner] == extremum
+            share = g_out[r] / max(ties, 1)
+            zero = g_out.dtype.type(0)
+            for a in range(n):
+                e = base + a * inner
+                _put(g_in, e, share if x[e] == extremum else zero, assign)
+
+
+@njit(cache=True, error_model="numpy")
+def _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign):
     """SUM's Jacobian is all ones: out += sum of in (tangents) or, transposed, in += out broadcast
     (cotangents), with no partials computed; K = 1 gets its own loops, so no column loop runs per entry."""
     K = out_rows.shape[1]
@@ -171,7 +197,7 @@ def _sum_linear(out_rows, in_rows, outer, n, inner, transpose):
             if K == 1 and transpose:
                 g = out_rows[r, 0]
                 for a in range(n):
-                    in_rows[base + a * inner, 0] += g
+                    _put(in_rows, (base + a * inner, 0), g, assign)
             elif K == 1:
                 acc = out_rows[r, 0]
                 for a in range(n):
@@ -182,7 +208,7 @@ def _sum_linear(out_rows, in_rows, outer, n, inner, transpose):
                     e = base + a * inner
                     for k in range(K):
                         if transpose:
-                            in_rows[e, k] += out_rows[r, k]
+                            _put(in_rows, (e, k), out_rows[r, k], assign)
                         else:
                             out_rows[r, k] += in_rows[e, k]
 
