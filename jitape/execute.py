@@ -6,6 +6,7 @@ import threading
 import numpy as np
 
 from jitape_kernels import opcodes as oc
+from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
 
 from . import backend, config
 from .program import lower
@@ -16,16 +17,15 @@ class _Workspace(threading.local):
     """Per-thread arena and adjoint buffers reused across sweeps.
 
     Fresh multi-megabyte buffers cost a page fault per 4 KiB on first touch,
-    more than an MLP's whole reverse sweep; buffers above REUSE_LIMIT are not kept.
+    more than an MLP's whole reverse sweep; buffers above jt.config.workspace_reuse_bytes are not kept.
     """
-    REUSE_LIMIT = 16 << 20
 
     def __init__(self):
         self.buffers = {}
 
     def take(self, name, size, dtype):
         dtype = np.dtype(dtype)
-        if size * dtype.itemsize > self.REUSE_LIMIT:
+        if size * dtype.itemsize > config.workspace_reuse_bytes:
             return np.empty(size, dtype)
         buf = self.buffers.get((name, dtype))
         if buf is None or buf.size < size:
@@ -177,10 +177,10 @@ def source_blocks(program, adjoint):
     return blocks
 
 
-def lowered(tape, targets, sources, first_order=False):
-    """The Program of a tape's derivative (a persistent tape's are kept: see program.lower); with
-    `first_order`, only reverse and tangent sweeps will run on it."""
-    return lower(tape, targets, sources, _arena, first_order)
+def lowered(tape, targets, sources, reads=READS_ANY_ORDER):
+    """The Program of a tape's derivative (a persistent tape's are kept: see program.lower) over a workspace
+    arena holding the values read by the derivative rules that will run (`reads`, jitape_kernels.planning)."""
+    return lower(tape, targets, sources, _arena, reads)
 
 
 def source_gradients(program, seeds, sources):
@@ -311,7 +311,7 @@ def check_rows(program, batch, method):
 def source_batch_jacobian(tape, target, source):
     """tape.batch_jacobian's compiled path: [B, F, S], seeds shared by the batch rows: one reverse sweep
     with K = F target features, or one tangent sweep with K = S source features when S < F."""
-    program = lower(tape, [target], [source], _arena)
+    program = lower(tape, [target], [source], _arena, READS_FIRST_ORDER)
     batch = target.shape[0]
     check_rows(program, batch, "batch_jacobian")
     features, per_row = target.size // batch, source.size // batch
@@ -339,7 +339,7 @@ def source_batch_jacobian(tape, target, source):
 def per_example_program(tape, target, sources):
     """The Program of per-example gradients and its per_example_plan; ValueError if rows mix or a junction
     is not supported, or if the target depends on no batch rows. None when the target is not recorded."""
-    program = lower(tape, [target], sources, _arena)
+    program = lower(tape, [target], sources, _arena, READS_FIRST_ORDER)
     batch = target.shape[0]
     plan = backend.current().per_example_plan(program, batch)
     bad, layouts = plan[0], plan[-1]
@@ -387,7 +387,7 @@ def source_jvps(tape, targets, sources, tangents):
     One lowering and one tangent sweep with K = 1 over every instruction of the Program
     (it holds only the rows between the sources and the targets).
     """
-    program = lower(tape, targets, sources, _arena)
+    program = lower(tape, targets, sources, _arena, READS_FIRST_ORDER)
     rows = [program.adjoint_rows[t] if t >= 0 else -1 for t in program.targets]
     if all(r < 0 for r in rows):
         return [None] * len(targets)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.planning import plan
+from jitape_kernels.planning import READS_ALL, READS_ANY_ORDER, plan
 
 from . import config
 
@@ -33,9 +33,20 @@ class Program:
     keeps_cotangents: bool = False
 
     def __getstate__(self):
+        self.complete()
         state = dict(self.__dict__)
         state.pop("cotangents", None)       # a cache, not part of the Program
         return state
+
+    def complete(self):
+        """Fill the arena rows no derivative rule of this Program reads (planned with fewer reads than
+        READS_ALL, they were left unwritten): before the Program is handed out, pickled or saved."""
+        unfilled = self.__dict__.pop("unfilled", None)
+        if unfilled is not None:
+            values, rest, start = unfilled
+            np.concatenate([np.ravel(values[s]) for s in rest.tolist()], axis=None,
+                           out=self.arena[start:start + int(self.slots[rest, oc.SIZE].sum())], casting="same_kind")
+        return self
 
     def __len__(self):
         return self.code.shape[0]
@@ -90,45 +101,52 @@ def _slot_if_tracked(tape, t):
     return tape._slot(t) if t._id in tape._tracked else -1
 
 
-def lower(tape, targets, sources, allocate=np.empty, first_order=False):
+def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
     """The Program computing d(targets)/d(sources) from what `tape` recorded.
 
-    `allocate(size, dtype)` provides the arena (a reused workspace for internal sweeps). A persistent tape
-    keeps its Programs (each with an arena of its own), keyed by what was recorded so far and the
-    (targets, sources) slots: repeated derivatives of one recording never plan again. `first_order`: only
-    first-order sweeps (reverse, tangent) will run on the Program, so its arena holds only the values their
-    rules read (a persistent tape's Programs hold them all: a Hessian may follow).
+    `allocate(size, dtype)` provides the arena (a reused workspace for internal sweeps). `reads` (see
+    jitape_kernels.planning): which derivative rules will run on it, so that its arena is filled only with the
+    values they read (READS_ALL: every value; the Program handed out by tape.program). A persistent tape keeps
+    its Programs (each with an arena of its own, filled with what the rules of any order read), keyed by what
+    was recorded so far and the (targets, sources) slots: repeated derivatives of one recording never plan again.
     """
     target_slots = np.array([_slot_if_tracked(tape, t) for t in targets], np.int64)
     source_list = [_slot_if_tracked(tape, s) for s in sources]
     alias_lists = [tape._aliases.get(s._id, []) for s in sources]
     if not tape._persistent:
-        return _lower(tape, target_slots, source_list, alias_lists, allocate, first_order)
+        return _lower(tape, target_slots, source_list, alias_lists, allocate, reads)
     key = (len(tape._rows), len(tape._slot_rows), target_slots.tobytes(), tuple(source_list),
            tuple(map(tuple, alias_lists)))
     program = tape._programs.get(key)
     if program is None:
         if len(tape._programs) >= _PROGRAMS_KEPT:
             tape._programs.pop(next(iter(tape._programs)))
-        program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, np.empty, False)
+        program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, np.empty,
+                                               READS_ANY_ORDER)
         program.keeps_cotangents = True
-    return program
+    return program.complete() if reads == READS_ALL else program
 
 
 _PROGRAMS_KEPT = 8      # per persistent tape: a gradient, a Jacobian, a Hessian ... of one recording
 
 
-def _lower(tape, target_slots, source_list, alias_lists, allocate, first_order):
+def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
     aliases = tuple(np.array(a, np.int64) for a in alias_lists)
     # views, not copies: they die with this call, so the tape's arrays can still grow
     rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
     slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
     code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, is_float64 = plan(
-        rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), False, first_order)
+        rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), False, reads)
     dtype = np.float64 if is_float64 else np.float32
     arena = fill_arena(tape._values, slots, scalar_slots, array_slots, arena_size, dtype, allocate)
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
     iattr = np.frombuffer(tape._iattr, np.int64).copy()
-    return Program(code, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),
-                   target_slots, np.array(source_list, np.int64), aliases)
+    program = Program(code, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),
+                      target_slots, np.array(source_list, np.int64), aliases)
+    filled = scalar_slots.size + int(slots[array_slots, oc.SIZE].sum())
+    rest = np.flatnonzero(slots[:, oc.OFFSET] >= filled)       # laid out after the values read, in slot order
+    if rest.size:
+        # the tape's list of values only grows (slot numbers stay valid)
+        program.unfilled = (tape._values, rest, filled)
+    return program
 

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.planning import derivative_plan, plan
+from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import backend, calls, config, nest
 from .program import Program, fill_arena
@@ -162,7 +162,7 @@ class Concrete:
         rows = np.frombuffer(trace._rows, np.int64).reshape(-1, 6)
         slot_rows = np.frombuffer(trace._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
-            rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, False)
+            rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, READS_ALL)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
         self.arena = fill_arena(trace._values, slots, scalar_slots, array_slots, arena_size, self.dtype, np.empty)
         # compact the slot table to the slots the Program uses

@@ -88,6 +88,7 @@ class _Writer:
                 "iattr": self.array(iattr), "fattr": self.array(fattr), "arena": self.array(arena)}
 
     def program(self, program):
+        program.complete()
         meta = self.arrays_of(program.code, program.slots, program.iattr, program.fattr, program.arena)
         meta.update(targets=program.targets.tolist(), sources=program.sources.tolist(),
                     aliases=[a.tolist() for a in program.source_aliases])

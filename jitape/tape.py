@@ -6,6 +6,8 @@ import warnings
 
 import numpy as np
 
+from jitape_kernels.planning import READS_FIRST_ORDER
+
 from . import nest, recorded
 from .execute import (check_rows, lowered, source_batch_jacobian, source_gradients, source_hessian,
                       source_jacobians, source_per_example_gradients)
@@ -64,7 +66,8 @@ class GradientTape(Recording):
         if must_record:
             found = recorded.gradient(self, targets, seeds, float_sources)
         else:
-            found = source_gradients(lowered(self, targets, float_sources, True), seeds, float_sources)
+            program = lowered(self, targets, float_sources, READS_FIRST_ORDER)
+            found = source_gradients(program, seeds, float_sources)
             for trace in traces:
                 trace.record_gradient(targets[0], float_sources, found)
         by_id = dict(zip((s._id for s in float_sources), found))
@@ -103,7 +106,7 @@ class GradientTape(Recording):
         if self._must_record():
             found = recorded.jacobian(self, target, flat_sources)
         else:
-            program = lowered(self, [target], flat_sources, True)
+            program = lowered(self, [target], flat_sources, READS_FIRST_ORDER)
             found = [None if j is None else Tensor(j.reshape(target.shape + s.shape)[()])
                      for s, j in zip(flat_sources, source_jacobians(program, target.size, flat_sources))]
         results = []
@@ -138,7 +141,8 @@ class GradientTape(Recording):
         if target.shape[0] == 0:
             full = Tensor(np.zeros(shape, source.dtype))
         elif self._must_record():
-            check_rows(lower(self, [target], [source]), target.shape[0], "batch_jacobian")
+            check_rows(lower(self, [target], [source], reads=READS_FIRST_ORDER), target.shape[0],
+                       "batch_jacobian")
             full = recorded.batch_jacobian(self, target, source, shape)
         else:
             value = source_batch_jacobian(self, target, source)

@@ -117,6 +117,10 @@ _READS_BY_NAME = {
     "where": READ_IN0,
 }
 FIRST_ORDER_READS = tuple(_READS_BY_NAME.get(name, _READ_INPUTS | READ_OUT) for name in NAMES)
+# What the rules of every order read (second-order sweeps add the second derivatives'): the first-order reads,
+# and the output of sin and cos, whose second derivatives are -y.
+DERIVATIVE_READS = tuple(bits | (READ_OUT if name in ("sin", "cos") else 0)
+                         for name, bits in zip(NAMES, FIRST_ORDER_READS))
 
 # The sweeps dispatch on contiguous opcode ranges, in this order of families; _check_table proves the table
 # has them (a new opcode in the wrong place fails at import, it can never run as its neighbour's kernel).

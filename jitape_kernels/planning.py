@@ -72,17 +72,23 @@ def derivative_plan(code, slots, targets, sources):
     return kept, adjoint_rows, adjoint_size
 
 
+# What of the recorded values plan() lays out to be copied into the arena: every used slot's, or only those read
+# by the derivative rules of the Program's kept rows: first-order sweeps' (opcodes.FIRST_ORDER_READS), or the
+# sweeps' of every order (opcodes.DERIVATIVE_READS)
+READS_ALL, READS_FIRST_ORDER, READS_ANY_ORDER = 0, 1, 2
+
+
 @njit(cache=True, error_model="numpy")
-def plan(records, slot_rows, targets, sources, values, first_order):
+def plan(records, slot_rows, targets, sources, values, reads):
     """Lower recorded rows to a Program: prune, activity analysis, arena and adjoint offsets.
 
     records   [n, 6] (op, out, in0, in1, in2, attr) as recorded by a tape
     slot_rows [n_slots, 3 + MAXRANK] (size, rank, is_float64, dims...) as recorded
     targets, sources: slots (-1 entries, for tensors the tape did not record, are skipped)
     values: keep the rows the targets' values need (a replayed function), not only their derivatives' rows
-    first_order: only first-order sweeps will run: the values no kept row's derivative rule reads
-    (opcodes.FIRST_ORDER_READS) are laid out last in the arena and left out of scalar_slots/array_slots,
-    so they are never copied
+    reads: READS_ALL, or which derivative rules will run (READS_FIRST_ORDER, READS_ANY_ORDER): the values no
+    kept row's rules read are laid out last in the arena (in slot order) and left out of
+    scalar_slots/array_slots, so they are never copied
     Returns (code [m, W], slots [n_slots, S], adjoint_rows [n_slots], scalar_slots,
     array_slots, arena_size, adjoint_size, is_float64). Rows kept are those on a path
     from a source to a target; a slot gets an adjoint row only when it is such a path's.
@@ -108,11 +114,12 @@ def plan(records, slot_rows, targets, sources, values, first_order):
     for s in sources:
         if s >= 0:
             used[s] = True
-    if first_order:
+    if reads != READS_ALL:
+        table = oc.FIRST_ORDER_READS if reads == READS_FIRST_ORDER else oc.DERIVATIVE_READS
         read = np.zeros(n_slots, np.bool_)
         for r in range(n):
             if keep[r]:
-                bits = oc.FIRST_ORDER_READS[records[r, 0]]
+                bits = table[records[r, 0]]
                 for c in range(3):
                     if bits & (1 << c) and records[r, 2 + c] >= 0:
                         read[records[r, 2 + c]] = True

@@ -1,6 +1,7 @@
 """Random programs: chains of mixed ops over shared inputs, differentiated by the compiled sweep, by the
 recorded Python VJPs and by central differences (float64). Integration bugs that per-op tests miss
 (pruning, slot sharing, multi-row concat, broadcasting, tensors read many times) show up here."""
+import pickle
 from unittest import mock
 
 import numpy as np
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 import jitape as jt
 from jitape import execute
 from jitape.program import lower
+from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
 
 STEPS = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 10**6)), min_size=1, max_size=12)
 
@@ -221,9 +223,36 @@ def test_first_order_arena_holds_only_the_values_derivative_rules_read():
     def nan_arena(size, dtype):
         return np.full(size, np.nan, dtype)
 
-    lean = lower(tape, [y], [x], nan_arena, first_order=True)
+    lean = lower(tape, [y], [x], nan_arena, READS_FIRST_ORDER)
     full = lower(tape, [y], [x], nan_arena)
     filled = lean.arena[~np.isnan(lean.arena)]
     np.testing.assert_array_equal(filled, e.numpy())
     assert not np.isnan(full.arena).any() and full.arena.size == lean.arena.size
     np.testing.assert_array_equal(tape.gradient(y, x).numpy(), 2.0 * e.numpy())
+
+
+def test_a_persistent_tapes_arena_holds_what_derivatives_of_any_order_read_until_it_is_handed_out():
+    """A persistent tape's Program copies the values its rules of any order read (opcodes.DERIVATIVE_READS:
+    sin's output too, for its second derivative), and its gradient, Hessian and HVP are exact with the other
+    rows NaN (jt.config.check_unread_values); tape.program() and pickling fill them (Program.complete)."""
+    x = jt.constant(np.linspace(-1.0, 1.0, 12))
+    xs = x.numpy() - 0.5
+
+    def recorded():
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            s = jt.sin(x - 0.5)
+            y = jt.reduce_sum(jt.reshape(s, (3, 4)) * 2.0)
+        return tape, y
+
+    tape, y = recorded()
+    program = lower(tape, [y], [x], reads=READS_ANY_ORDER)
+    kept = program.arena[~np.isnan(program.arena)]
+    np.testing.assert_array_equal(np.sort(kept), np.sort(np.concatenate([xs, np.sin(xs)])))
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), 2.0 * np.cos(xs))
+    np.testing.assert_allclose(tape.hessian(y, x).numpy(), np.diag(-2.0 * np.sin(xs)))
+    np.testing.assert_allclose(tape.hessian_vector_product(y, x, jt.ones_like(x)).numpy(), -2.0 * np.sin(xs))
+    assert tape.program(y, x) is program and not np.isnan(program.arena).any()
+    tape, y = recorded()
+    copy = pickle.loads(pickle.dumps(lower(tape, [y], [x], reads=READS_ANY_ORDER)))
+    assert not np.isnan(copy.arena).any()

@@ -378,7 +378,9 @@ def _warm_big_chain():
 N_BIG = 1_000_000  # 4 MB per float32 intermediate
 
 
-def test_non_persistent_tape_releases_after_gradient():
+def test_non_persistent_tape_releases_after_gradient(monkeypatch):
+    # the sweep's workspace buffers are a deliberate cache (jt.config.workspace_reuse_bytes), not the tape's
+    monkeypatch.setattr(jt.config, "workspace_reuse_bytes", 0)
     x = jt.constant(np.linspace(-1, 1, N_BIG, dtype=np.float32))
     _warm_big_chain()
     tracemalloc.start()

@@ -5,7 +5,7 @@ import numpy as np
 from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep
 from .tangents import second_order_sweep, tangent_sweep
-from ..planning import derivative_plan, plan
+from ..planning import READS_ALL, derivative_plan, plan
 from .interpreter import forward_sweep, replay_sweep, reverse_sweep
 from .optimizers import adam_step, sgd_momentum_step
 
@@ -33,7 +33,7 @@ def warmup_steps():
     Program of each dtype compiles every kernel the interpreter can reach.
     """
     steps = [("plan", lambda: plan(np.zeros((0, 6), np.int64), np.zeros((0, 3 + oc.MAXRANK), np.int64),
-                                   np.zeros(0, np.int64), np.zeros(0, np.int64), False, False)),
+                                   np.zeros(0, np.int64), np.zeros(0, np.int64), False, READS_ALL)),
              ("derivative_plan", lambda: derivative_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
                                                          np.zeros(0, np.int64), np.zeros(0, np.int64))),
              ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),
