@@ -42,7 +42,7 @@ class Program:
         """Fill the arena rows no derivative rule of this Program reads (planned with fewer reads than
         READS_ALL, they were left unwritten): before the Program is handed out, pickled or saved."""
         unfilled = self.__dict__.pop("unfilled", None)
-        if unfilled is not None:
+        if unfilled is not None and unfilled[1].size:
             values, rest, start = unfilled
             np.concatenate([np.ravel(values[s]) for s in rest.tolist()], axis=None,
                            out=self.arena[start:start + int(self.slots[rest, oc.SIZE].sum())], casting="same_kind")
@@ -143,9 +143,9 @@ def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
     iattr = np.frombuffer(tape._iattr, np.int64).copy()
     program = Program(code, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),
                       target_slots, np.array(source_list, np.int64), aliases)
-    filled = scalar_slots.size + int(slots[array_slots, oc.SIZE].sum())
-    rest = np.flatnonzero(slots[:, oc.OFFSET] >= filled)       # laid out after the values read, in slot order
-    if rest.size:
+    if reads != READS_ALL:
+        filled = scalar_slots.size + int(slots[array_slots, oc.SIZE].sum())
+        rest = np.flatnonzero(slots[:, oc.OFFSET] >= filled)       # laid out after the values read, in slot order
         # the tape's list of values only grows (slot numbers stay valid)
         program.unfilled = (tape._values, rest, filled)
     return program

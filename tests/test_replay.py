@@ -328,6 +328,9 @@ def test_stop_gradient_is_recorded_a_replay_recomputes_it_and_derivatives_treat_
     assert [float(f(jt.constant(v))) for v in (1.0, 5.0, -2.5)] == [1.0, 5.0, -2.5] and f.trace_count == 1
     g = jt.grad(lambda x: x * jt.stop_gradient(x) ** 2)
     assert [float(g(jt.constant(v))) for v in (3.0, 5.0)] == [9.0, 25.0]
+    # the inner gradient is recorded with the Python VJPs inside the outer trace: d/dx (3 x^2 sg(x)) = 6 x sg(x)
+    gg = jt.grad(jt.grad(lambda x: x ** 3 * jt.stop_gradient(x)))
+    assert [float(gg(jt.constant(v))) for v in (2.0, 3.0)] == [24.0, 54.0]
     h = jt.hessian(lambda x: jt.reduce_sum(x ** 2 * jt.stop_gradient(x)))
     np.testing.assert_allclose(h(jt.constant([1.0, -2.0])).numpy(), np.diag([2.0, -4.0]))
     np.testing.assert_allclose(h(jt.constant([3.0, 0.5])).numpy(), np.diag([6.0, 1.0]))

@@ -129,12 +129,19 @@ def _partials(op, x, y, base, n, inner, d):
             d[a] *= prefix
             prefix *= x[base + a * inner]
     else:
-        # TensorFlow splits the gradient evenly between tied extrema
-        ties = 0
+        share = 1.0 / _ties(x, y, base, n, inner)
         for a in range(n):
-            ties += x[base + a * inner] == y
-        for a in range(n):
-            d[a] = 1.0 / ties if x[base + a * inner] == y else 0.0
+            d[a] = share if x[base + a * inner] == y else 0.0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _ties(x, extremum, base, n, inner):
+    """How many of the entries x[base + a * inner] equal their extremum (at least 1, so a NaN extremum, which
+    nothing equals, divides by 1): TensorFlow splits a MAX/MIN cotangent evenly between tied extrema."""
+    ties = 0
+    for a in range(n):
+        ties += x[base + a * inner] == extremum
+    return max(ties, 1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -170,16 +177,13 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, assig
 def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign):
     """MAX/MIN cotangents, K = 1: each reduced entry's cotangent split evenly between its tied extrema (as
     TensorFlow), in two passes over its entries (count the ties, then write), with no partials array."""
+    zero = g_out.dtype.type(0)
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
             r = o * inner + i
             extremum = y[r]
-            ties = 0
-            for a in range(n):
-                ties += x[base + a * inner] == extremum
-            share = g_out[r] / max(ties, 1)
-            zero = g_out.dtype.type(0)
+            share = g_out[r] / _ties(x, extremum, base, n, inner)
             for a in range(n):
                 e = base + a * inner
                 _put(g_in, e, share if x[e] == extremum else zero, assign)
