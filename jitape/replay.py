@@ -22,7 +22,8 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
-from . import backend, calls, config, nest
+from . import calls, config, nest
+from . import backend as backends     # not `backend`: Function's argument of that name would shadow it
 from .program import Program, fill_arena
 from .recording import _state
 from .tape import GradientTape
@@ -228,14 +229,22 @@ class Concrete:
             n_expected += expected.size
         self._guards = np.array(guards, np.int64).reshape(-1, 3)
         self._expected = np.concatenate([g[1] for g in self.slot_guards]) if guards else np.zeros(0, self.dtype)
-        self._arg_spans = [(i, *self._bounds(slot)) for i, slot in self.arg_slots]
-        self._variable_spans = [(variable, *self._bounds(slot)) for variable, slot in self.variable_inputs]
-        # writes and outputs as finish() makes them: (variable, constant or None, start, stop) and
-        # (constant or None, start, stop, shape, dtype)
-        self._write_spans = [(variable, source, 0, 0) if isinstance(source, np.ndarray)
-                             else (variable, None, *self._bounds(source)) for variable, source in self.writes]
-        self._output_spans = [(None, *self._bounds(entry[1]), *entry[2:]) if entry[0] == "slot"
-                              else (entry[1], 0, 0, None, None) for entry in self.outputs]
+        # inputs as run() reads them: (argument index or variable, start, stop, whether the value is 0-d, so
+        # stored as one entry: numpy's slice assignment costs ~1 us more)
+        self._arg_spans = [(i, *self._bounds(slot), self.slots[slot, oc.RANK] == 0) for i, slot in self.arg_slots]
+        self._variable_spans = [(variable, *self._bounds(slot), variable._value.ndim == 0)
+                                for variable, slot in self.variable_inputs]
+        # writes and outputs as finish() makes them: (variable, constant or None, start, stop, shape, dtype) and
+        # (constant, start (-1: the constant is the output), stop, shape, dtype); a variable's shape and dtype
+        # never change
+        self._write_spans = [(variable, source, 0, 0, None, None) if isinstance(source, np.ndarray)
+                             else (variable, None, *self._bounds(source), variable._value.shape, variable._value.dtype)
+                             for variable, source in self.writes]
+        self._output_spans = [(None, *self._bounds(entry[1]), tuple(entry[2]), np.dtype(entry[3]))
+                              if entry[0] == "slot" else (entry[1], -1, 0, None, None) for entry in self.outputs]
+        self._single_output = isinstance(self.structure, (Tensor, np.ndarray)) and len(self._output_spans) == 1
+        self._holds = self.variables_hold if self.variable_guards else None
+        self._replayers = {}    # backend name -> the replay bound to this variant's arrays
         self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
 
     def __len__(self):
@@ -255,17 +264,31 @@ class Concrete:
     def run(self, leaves, backend_name=None):
         """Replay on the flat argument leaves: fill the inputs, one compiled call. False when a guard differs
         (nothing written then), else True with the arena holding every value of the call."""
+        if self._holds is not None and not self._holds():
+            return False
         arena = self.arena
-        for i, start, stop in self._arg_spans:
+        for i, start, stop, scalar in self._arg_spans:
             leaf = leaves[i]
             value = leaf._value if isinstance(leaf, Tensor) else leaf
-            arena[start:stop] = value if value.ndim < 2 else value.reshape(-1)
-        for variable, start, stop in self._variable_spans:
-            value = variable._value
-            arena[start:stop] = value if value.ndim < 2 else value.reshape(-1)
-        return backend.current(backend_name).replay(self.code, self.slots, self.iattr, self.fattr, arena, self._steps,
-                                                    self._step_code, self._moves, self._adjoint, self._guards,
-                                                    self._expected)
+            if scalar:
+                arena[start] = value
+            else:
+                arena[start:stop] = value.reshape(-1)
+        for variable, start, stop, scalar in self._variable_spans:
+            if scalar:
+                arena[start] = variable._value
+            else:
+                arena[start:stop] = variable._value.reshape(-1)
+        replay = self._replayers.get(config.backend if backend_name is None else backend_name)
+        return (replay if replay is not None else self.replayer(backend_name))()
+
+    def replayer(self, backend_name=None):
+        """The replay of this variant's arrays on a backend (default jt.config.backend's), bound once."""
+        device = backends.current(backend_name)
+        replay = self._replayers[device.name] = device.bind_replay(
+            self.code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
+            self._adjoint, self._guards, self._expected)
+        return replay
 
     def failed_guard(self):
         """The description of the first guard the last run broke."""
@@ -280,10 +303,15 @@ class Concrete:
     def finish(self):
         """The outputs of the last run, after writing the variables it assigns."""
         arena = self.arena
-        for variable, constant, start, stop in self._write_spans:
-            value = constant if constant is not None else arena[start:stop]
-            variable._value = value.astype(variable._value.dtype).reshape(variable._value.shape)[()]
-        leaves = [constant if constant is not None else Tensor(arena[start:stop].astype(dtype).reshape(shape)[()])
+        for variable, constant, start, stop, shape, dtype in self._write_spans:
+            if constant is not None:
+                variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
+            else:
+                variable._value = _entries(arena, start, stop, shape, dtype)
+        if self._single_output:
+            constant, start, stop, shape, dtype = self._output_spans[0]
+            return constant if start < 0 else Tensor(_entries(arena, start, stop, shape, dtype))
+        leaves = [constant if start < 0 else Tensor(_entries(arena, start, stop, shape, dtype))
                   for constant, start, stop, shape, dtype in self._output_spans]
         return nest.pack_like(self.structure, leaves)
 
@@ -299,6 +327,14 @@ class Concrete:
                 code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
                 np.array(targets, np.int64), np.array(sources, np.int64), tuple(np.zeros(0, np.int64) for _ in sources))
         return program
+
+
+def _entries(arena, start, stop, shape, dtype):
+    """A new value of `shape` and `dtype` holding arena[start:stop] (0-d: a numpy scalar)."""
+    if not shape:
+        value = arena[start]
+        return value if value.dtype == dtype else dtype.type(value)
+    return arena[start:stop].astype(dtype).reshape(shape)
 
 
 def _compacted_attributes(code, iattr, fattr):
@@ -329,7 +365,7 @@ class Function:
         functools.update_wrapper(self, python_function)
         self.python_function = python_function
         self.retrace_warning = retrace_warning
-        self.backend = backend
+        self.backend = backends.check_name(backend)
         # replays that jt.grad and friends differentiate: inner gradients are traced as recorded VJPs
         self.differentiated = differentiated
         self.trace_count = 0
@@ -381,7 +417,7 @@ class Function:
         why = None
         if variants is not None:
             for i, concrete in enumerate(variants):
-                if concrete.variables_hold() and concrete.run(leaves, self.backend):
+                if concrete.run(leaves, self.backend):
                     if i:
                         variants.insert(0, variants.pop(i))
                     return concrete, leaves, None
@@ -428,6 +464,7 @@ class Function:
             _traces.active.remove(trace)
             trace._pop()
         concrete = Concrete(trace, arg_slots, out, nest.flatten(out))
+        concrete.replayer(self.backend)     # bound now: a replay does no one-time work
         self._variants.setdefault(key, []).insert(0, concrete)
         return concrete, out
 

@@ -382,7 +382,7 @@ class LoadedFunction(Function):
             raise ValueError(f"the loaded function {self.__name__!r} has no saved trace for arguments "
                              f"{key[:300]}; saved: {[k[:300] for k in self._variants]}")
         for concrete in variants:
-            if concrete.variables_hold() and concrete.run(leaves, self.backend):
+            if concrete.run(leaves, self.backend):
                 return concrete, leaves, None
         raise ValueError(f"the loaded function {self.__name__!r}: no saved trace's guards hold for this call "
                          f"(first guard that differs: {variants[0].failed_guard()})")

@@ -16,6 +16,11 @@ from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_lin
 from .shape import mapped_forward, mapped_linear, moved_forward, moved_linear
 
 
+# elementwise instructions of at most this many entries run the per-element rules inline (as scalars do):
+# below it, the views and calls of the vectorised kernels cost more than their loops save
+SMALL = 16
+
+
 @njit(cache=True, error_model="numpy", inline="always")
 def params(op, iattr, fattr, a):
     if op == oc.CLIP:
@@ -34,13 +39,16 @@ def forward_sweep(code, slots, iattr, fattr, arena):
         size = slots[code[r, oc.OUT], oc.SIZE]
         o = code[r, oc.OUT_OFF]
         i0 = code[r, oc.IN0_OFF]
-        if size == 1 and op <= oc.BINARY_LAST:
-            # scalar chains: no array views, the rule inlined
+        if size <= SMALL and op <= oc.BINARY_LAST:
+            # scalar chains and small arrays: no array views, the rule inlined per element
             if op <= oc.UNARY_LAST:
                 p0, p1 = params(op, iattr, fattr, a)
-                arena[o] = unary_value(op, arena[i0], p0, p1)
+                for e in range(size):
+                    arena[o + e] = unary_value(op, arena[i0 + e], p0, p1)
             else:
-                arena[o] = binary_value(op, arena[i0], arena[code[r, oc.IN1_OFF]])
+                i1 = code[r, oc.IN1_OFF]
+                for e in range(size):
+                    arena[o + e] = binary_value(op, arena[i0 + e], arena[i1 + e])
             continue
         out = arena[o:o + size]
         n0 = slots[code[r, oc.IN0], oc.SIZE]
@@ -182,8 +190,8 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
         size = slots[code[r, oc.OUT], oc.SIZE]
         o = code[r, oc.OUT_OFF]
         go = code[r, oc.OUT_ADJ]
-        if size == 1 and op <= oc.BINARY_LAST:
-            # scalar chains: no array views, the rule inlined
+        if size <= SMALL and op <= oc.BINARY_LAST:
+            # scalar chains and small arrays: no array views, the rule inlined per element
             i0 = code[r, oc.IN0_OFF]
             j0 = code[r, oc.IN0_ADJ]
             first0 = j0 >= 0 and not written[code[r, oc.IN0]]
@@ -192,22 +200,25 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
             if op <= oc.UNARY_LAST:
                 if j0 >= 0:
                     p0, p1 = params(op, iattr, fattr, a)
-                    d = unary_derivative(op, arena[i0], arena[o], p0, p1)
-                    for k in range(K):
-                        _accumulate(adjoint, j0, k, adjoint[go, k] * d, first0)
+                    for e in range(size):
+                        d = unary_derivative(op, arena[i0 + e], arena[o + e], p0, p1)
+                        for k in range(K):
+                            _accumulate(adjoint, j0 + e, k, adjoint[go + e, k] * d, first0)
             else:
                 i1 = code[r, oc.IN1_OFF]
                 j1 = code[r, oc.IN1_ADJ]
+                # x * x: the second input's rows are the first's, just set (first1 False)
                 first1 = j1 >= 0 and not written[code[r, oc.IN1]]
                 if j1 >= 0:
                     written[code[r, oc.IN1]] = True
-                da, db = binary_partials(op, arena[i0], arena[i1], arena[o])
-                for k in range(K):
-                    g = adjoint[go, k]
-                    if j0 >= 0:
-                        _accumulate(adjoint, j0, k, g * da, first0)
-                    if j1 >= 0:
-                        _accumulate(adjoint, j1, k, g * db, first1)
+                for e in range(size):
+                    da, db = binary_partials(op, arena[i0 + e], arena[i1 + e], arena[o + e])
+                    for k in range(K):
+                        g = adjoint[go + e, k]
+                        if j0 >= 0:
+                            _accumulate(adjoint, j0 + e, k, g * da, first0)
+                        if j1 >= 0:
+                            _accumulate(adjoint, j1 + e, k, g * db, first1)
             continue
         sets = sets_first_write(op, K, code[r, oc.IN0] != code[r, oc.IN1])
         assign0 = assign1 = False

@@ -19,11 +19,16 @@ from jitape.ops import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from jitape_kernels import opcodes as oc
 from jitape.execute import lowered, source_jacobians
 from jitape_kernels.cpu import forward_sweep
+from jitape_kernels.cpu.interpreter import SMALL
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=4, min_side=1, max_side=3)
 # size-0 tensors and empty axes: compiled code must neither crash nor leave its arrays on them
 EMPTY_SHAPES = hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=3).filter(lambda s: 0 in s)
 SHAPES_OR_EMPTY = st.one_of(SHAPES, EMPTY_SHAPES)
+# the sweeps run elementwise rows of at most SMALL entries inline and larger ones in the vectorised kernels:
+# sizes on both sides of it
+AROUND_SMALL = st.one_of(st.integers(SMALL - 1, SMALL + 2).map(lambda n: (n,)),
+                         hnp.array_shapes(min_dims=2, max_dims=2, min_side=4, max_side=6))
 MATRIX_SIDE = st.integers(1, 4)
 
 
@@ -54,15 +59,16 @@ def distinct(shape):
 
 
 def unary(fn, ref, lo=-2.0, hi=2.0, gap=0.0):
-    return Case(fn, ref, SHAPES_OR_EMPTY.flatmap(lambda s: st.tuples(values(s, lo, hi, gap))), draws_empty=True)
+    return Case(fn, ref, st.one_of(SHAPES_OR_EMPTY, AROUND_SMALL).flatmap(lambda s: st.tuples(values(s, lo, hi, gap))),
+                draws_empty=True)
 
 
 def binary(fn, ref, a=(-2.0, 2.0), b=(-2.0, 2.0), gap_b=0.0):
     pairs = st.one_of(hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=3),
                       hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=3, min_side=0,
-                                                        max_side=3))
-    return Case(fn, ref, pairs.flatmap(lambda p: st.tuples(values(p.input_shapes[0], *a),
-                                                           values(p.input_shapes[1], *b, gap=gap_b))),
+                                                        max_side=3)).map(lambda p: p.input_shapes)
+    pairs = st.one_of(pairs, AROUND_SMALL.flatmap(lambda s: st.sampled_from([(s, s), (s, s[-1:]), ((), s)])))
+    return Case(fn, ref, pairs.flatmap(lambda p: st.tuples(values(p[0], *a), values(p[1], *b, gap=gap_b))),
                 draws_empty=True)
 
 
