@@ -20,6 +20,7 @@ import warnings
 import numpy as np
 
 from jitape_kernels import opcodes as oc
+from jitape_kernels.layout import BLOCK, run_layout
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest
@@ -137,7 +138,7 @@ class Concrete:
     """One traced variant of a jt.function: a Program over a compacted slot table, its declared inputs
     (argument leaves and variables), outputs, guards and variable writes."""
 
-    def __init__(self, trace, arg_slots, structure, out_leaves):
+    def __init__(self, trace, arg_slots, structure, out_leaves, fuse=False):
         self.structure = structure
         var_inputs = list(trace.variable_inputs.values())
         outputs = []            # per output leaf: ("slot", slot, shape, dtype) or ("value", leaf)
@@ -201,12 +202,13 @@ class Concrete:
         self.outputs, self.writes, self.slot_guards = outputs, writes, guards
         self.variable_guards = list(trace.variable_guards.values())
         self._plans = {}
-        self.prepare()
+        self.prepare(fuse)
 
-    def prepare(self):
+    def prepare(self, fuse=False):
         """Plan what every run needs once: the derivative rows of each gradient step (a reverse sweep over the
         rows before it) with their seeds and the moves of their gradients into the arena, the guard tables, and
-        the arena spans of inputs, writes and outputs."""
+        the arena spans of inputs, writes and outputs. fuse: replays run the run layout (jitape_kernels.layout),
+        after which only outputs, guards and writes hold their values (nothing may differentiate them)."""
         step_rows, step_code, moves = [], [], []
         n_code = n_adjoint = 0
         for position, target, pairs in self.gradient_steps:
@@ -215,17 +217,30 @@ class Concrete:
                                                                np.array([s for s, _ in pairs], np.int64))
             step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
                               self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])
-            moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], self.slots[out, oc.OFFSET], s] for s, out in pairs]
+            moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], out, s] for s, out in pairs]     # out: below
             step_code.append(code)
             n_code += code.shape[0]
             n_adjoint = max(n_adjoint, int(adjoint_size))
         self._steps = np.array(step_rows, np.int64).reshape(-1, 8)
         self._step_code = np.concatenate(step_code) if step_code else np.zeros((0, oc.W), np.int64)
+        live = [e[1] for e in self.outputs if e[0] == "slot"] + [w[1] for w in self.writes
+                                                                 if not isinstance(w[1], np.ndarray)]
+        live += [g[0] for g in self.slot_guards]
+        if fuse:
+            self._run_code, self._offsets, self._steps[:, 0], self._fused, self._places, n_scratch = run_layout(
+                self.code, self.slots, self._steps[:, 0], self._step_code, np.array(live, np.int64))
+        else:
+            self._run_code, self._offsets, n_scratch = self.code, self.slots[:, oc.OFFSET], 0
+            self._fused = np.zeros(self.code.shape[0], np.int64)
+            self._places = np.full((self.code.shape[0], 4), -1, np.int64)
+        self._scratch = np.empty(n_scratch * BLOCK, self.dtype)
+        for move in moves:          # the gradient slot -> its arena offset
+            move[2] = self._offsets[move[2]]
         self._moves = np.array(moves, np.int64).reshape(-1, 4)
         self._adjoint = np.empty((n_adjoint, 1), self.dtype)
         guards, n_expected = [], 0
         for slot, expected, _ in self.slot_guards:
-            guards.append([self.slots[slot, oc.OFFSET], expected.size, n_expected])
+            guards.append([self._offsets[slot], expected.size, n_expected])
             n_expected += expected.size
         self._guards = np.array(guards, np.int64).reshape(-1, 3)
         self._expected = np.concatenate([g[1] for g in self.slot_guards]) if guards else np.zeros(0, self.dtype)
@@ -251,7 +266,7 @@ class Concrete:
         return self.code.shape[0]
 
     def _bounds(self, slot):
-        offset = int(self.slots[slot, oc.OFFSET])
+        offset = int(self._offsets[slot])
         return offset, offset + int(self.slots[slot, oc.SIZE])
 
     def _span(self, slot):
@@ -286,8 +301,8 @@ class Concrete:
         """The replay of this variant's arrays on a backend (default jt.config.backend's), bound once."""
         device = backends.current(backend_name)
         replay = self._replayers[device.name] = device.bind_replay(
-            self.code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
-            self._adjoint, self._guards, self._expected)
+            self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
+            self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch)
         return replay
 
     def failed_guard(self):
@@ -463,7 +478,8 @@ class Function:
         finally:
             _traces.active.remove(trace)
             trace._pop()
-        concrete = Concrete(trace, arg_slots, out, nest.flatten(out))
+        # a replay nothing differentiates runs the run layout (its arena then holds only outputs, guards, writes)
+        concrete = Concrete(trace, arg_slots, out, nest.flatten(out), fuse=not self.differentiated)
         concrete.replayer(self.backend)     # bound now: a replay does no one-time work
         self._variants.setdefault(key, []).insert(0, concrete)
         return concrete, out

@@ -7,6 +7,7 @@ import pytest
 
 import jitape as jt
 from jitape_kernels import opcodes as oc
+from jitape_kernels.layout import FUSE_MIN_SIZE
 from tests.test_tape import _count_python_calls
 
 
@@ -194,14 +195,15 @@ def test_nothing_is_left_recording_when_the_function_raises():
     assert not jt.recording.recording_tapes()
 
 
+@pytest.mark.parametrize("width", [2, 6000])      # 6000: the updates and the layer run as fused groups
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("make_optimizer", [lambda: jt.optimizers.Adam(0.05), lambda: jt.optimizers.Adam(0.05, amsgrad=True),
                                             lambda: jt.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
                                             lambda: jt.optimizers.SGD(0.1)])
-def test_a_training_step_with_an_optimizer_replays_like_eager_for_100_steps(make_optimizer, dtype):
+def test_a_training_step_with_an_optimizer_replays_like_eager_for_100_steps(make_optimizer, dtype, width):
     rng = np.random.default_rng(4)
-    x, y = rng.normal(size=(16, 3)).astype(dtype), rng.normal(size=(16, 2)).astype(dtype)
-    init = [rng.normal(size=(3, 2)).astype(dtype), np.zeros(2, dtype)]
+    x, y = rng.normal(size=(16, 3)).astype(dtype), rng.normal(size=(16, width)).astype(dtype)
+    init = [rng.normal(size=(3, width)).astype(dtype), np.zeros(width, dtype)]
 
     def model():
         return [jt.Variable(v) for v in init], make_optimizer()
@@ -224,6 +226,7 @@ def test_a_training_step_with_an_optimizer_replays_like_eager_for_100_steps(make
     assert opt.iterations == eager_opt.iterations == 100 and traced.trace_count == 1
     (concrete,) = [c for variants in traced._variants.values() for c in variants]
     assert len(concrete.gradient_steps) == 1      # one compiled reverse sweep per replay, no recorded VJPs
+    assert np.any(concrete._fused) == (width * 3 >= FUSE_MIN_SIZE)
 
 
 def test_cond_and_while_loop_trip_counts_are_guards():

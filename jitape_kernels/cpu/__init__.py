@@ -46,7 +46,8 @@ def warmup_steps():
         steps.append((f"forward_sweep[{name}]", lambda d=dtype: forward_sweep(*_empty_program(d))))
         steps.append((f"replay_sweep[{name}]", lambda d=dtype: replay_sweep(
             *_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 4), np.int64),
-            np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d))))
+            np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
+            np.zeros((0, 4), np.int64), np.zeros(0, d))))
         steps.append((f"reverse_sweep[{name}]",
                       lambda d=dtype: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_))))
         steps.append((f"per_example_sweep[{name}]", lambda d=dtype: per_example_sweep(

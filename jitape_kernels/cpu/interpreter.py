@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
+from ..layout import BLOCK
 from .elementwise import (binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
@@ -81,6 +82,57 @@ def forward_sweep(code, slots, iattr, fattr, arena):
             solve_forward(iattr, a, x, arena[i1:i1 + n1], out)
         else:
             inv_forward(iattr, a, x, out)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _operand(code, r, column, places, arena, scratch, start, stop):
+    """Entries [start, stop) of the operand in `column` (OUT, IN0..IN2) of fused row r: its arena rows, or the
+    scratch buffer planned for it."""
+    p = places[r, column - oc.OUT]
+    if p < 0:
+        offset = code[r, column + oc.OUT_OFF - oc.OUT]
+        return arena[offset + start:offset + stop]
+    return scratch[p * BLOCK:p * BLOCK + stop - start]
+
+
+@njit(cache=True, error_model="numpy")
+def fused_forward(code, r0, r1, iattr, fattr, arena, places, scratch, size):
+    """Rows r0..r1-1 of a fused group (see jitape_kernels.layout): elementwise over `size` entries each (a TILE of
+    one entry is a fill), BLOCK entries at a time."""
+    for start in range(0, size, BLOCK):
+        stop = min(start + BLOCK, size)
+        for r in range(r0, r1):
+            op = code[r, oc.OP]
+            out = _operand(code, r, oc.OUT, places, arena, scratch, start, stop)
+            if op == oc.TILE:
+                out[:] = arena[code[r, oc.IN0_OFF]]
+                continue
+            x = _operand(code, r, oc.IN0, places, arena, scratch, start, stop)
+            if op <= oc.UNARY_LAST:
+                p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
+                unary_forward(op, x, out, p0, p1)
+            elif op <= oc.BINARY_LAST:
+                binary_forward(op, x, _operand(code, r, oc.IN1, places, arena, scratch, start, stop), out)
+            else:
+                where_forward(x, _operand(code, r, oc.IN1, places, arena, scratch, start, stop),
+                              _operand(code, r, oc.IN2, places, arena, scratch, start, stop), out)
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch):
+    """forward_sweep over rows r0..r1-1, running the fused groups that `fused` marks (fused[r] > r: rows
+    r..fused[r]-1) block by block."""
+    r = r0
+    while r < r1:
+        if fused[r] > r:
+            fused_forward(code, r, fused[r], iattr, fattr, arena, places, scratch, slots[code[r, oc.OUT], oc.SIZE])
+            r = fused[r]
+            continue
+        q = r + 1
+        while q < r1 and fused[q] <= q:
+            q += 1
+        forward_sweep(code[r:q], slots, iattr, fattr, arena)
+        r = q
 
 
 @njit(cache=True, error_model="numpy")
@@ -237,7 +289,8 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
 
 
 @njit(cache=True, error_model="numpy")
-def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected):
+def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
+                 scratch):
     """A whole replay in one call: forward segments of `code`, each but the last ending at a gradient step,
     then the guard checks; True when every guard holds.
 
@@ -248,11 +301,12 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                      slot (its gradient is zero too when the sweep never wrote it)
     adjoint  [r, 1]  one buffer serving every step (r >= each step's rows)
     guards   [g, 3]  arena offset, size, offset in `expected` of the value the trace computed (NaN equals NaN)
+    fused, places, scratch   the fused groups of a run layout (jitape_kernels.layout; fused all 0: none)
     """
     written = np.zeros(slots.shape[0], np.bool_)
     start = 0
     for s in range(steps.shape[0]):
-        forward_sweep(code[start:steps[s, 0]], slots, iattr, fattr, arena)
+        _forward_rows(code, start, steps[s, 0], slots, iattr, fattr, arena, fused, places, scratch)
         written[:] = False
         seed = steps[s, 3]
         if seed >= 0:
@@ -264,7 +318,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
             for i in range(size):
                 arena[offset + i] = adjoint[row + i, 0] if row >= 0 and written[source] else 0
         start = steps[s, 0]
-    forward_sweep(code[start:], slots, iattr, fattr, arena)
+    _forward_rows(code, start, code.shape[0], slots, iattr, fattr, arena, fused, places, scratch)
     for g in range(guards.shape[0]):
         offset, size, e = guards[g, 0], guards[g, 1], guards[g, 2]
         for i in range(size):

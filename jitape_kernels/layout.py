@@ -1,0 +1,104 @@
+"""The run layout of a plain replay: how a traced function's Program runs when nothing differentiates it.
+
+A replay that only computes outputs, guards and variable writes need not keep
+every value: a copy (COPY, STOP_GRADIENT) reads its input's arena rows instead
+of writing its own, and runs of elementwise rows over the same large size run
+as one fused group, block by block (interpreter.fused_forward), so a block's
+values stay in cache from the row that writes them to the rows that read them
+and the values nothing after the group reads live only in block-sized scratch
+buffers. The canonical layout (every slot's own rows) stays what derivatives,
+tapes and saving see; this one is derived from it per traced variant.
+
+Host code shared by every backend, planned once per variant.
+"""
+import numpy as np
+
+from . import opcodes as oc
+
+BLOCK = 8192            # entries per block of a fused group: a row's three operands stay in L2
+FUSE_MIN_SIZE = 2 * BLOCK   # smaller groups gain nothing from blocks
+
+
+def _fusable(code, slots):
+    """Per row, whether it can join a fused group: an elementwise op (unary, binary, compare, where) whose
+    inputs have its size, or a TILE of one entry (a fill)."""
+    op = code[:, oc.OP]
+    size = slots[code[:, oc.OUT], oc.SIZE]
+    elementwise = op <= oc.WHERE
+    same = np.ones(code.shape[0], np.bool_)
+    for c in (oc.IN0, oc.IN1, oc.IN2):
+        present = code[:, c] >= 0
+        same &= ~present | (slots[np.maximum(code[:, c], 0), oc.SIZE] == size)
+    fill = (op == oc.TILE) & (slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE] == 1)
+    return (elementwise & same | fill) & (size >= FUSE_MIN_SIZE)
+
+
+def run_layout(code, slots, positions, step_code, live):
+    """(run code, slot offsets, positions, fused, places, scratch buffers) for replaying `code` (rows with
+    gradient steps before the rows `positions` name, whose derivative rows are `step_code`) when only the
+    slots marked in `live` (outputs, guards, writes) must hold their values afterwards.
+
+    run code   code without the copies, reading the slot a copy copied where it read the copy; its offset
+               columns (and step_code's, rewritten in place) hold `offsets`
+    positions  the steps' positions in the run code
+    fused      per run-code row r: the stop row of the fused group starting at r, else 0
+    places     per run-code row [4]: the scratch buffer of its output and inputs in its group (-1: arena rows)
+    """
+    op = code[:, oc.OP]
+    copies = ((op == oc.COPY) | (op == oc.STOP_GRADIENT)) & (
+        slots[code[:, oc.OUT], oc.SIZE] == slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE])
+    # a copy's output is its input's value: the run code reads the slot that holds it (its root)
+    root = np.arange(slots.shape[0])
+    for r in np.flatnonzero(copies).tolist():       # in program order: a copy of a copy reads the first's input
+        root[code[r, oc.OUT]] = root[code[r, oc.IN0]]
+    offsets = slots[root, oc.OFFSET]
+    keep = ~copies
+    run = code[keep]
+    for c in (oc.IN0, oc.IN1, oc.IN2):
+        run[:, c] = np.where(run[:, c] >= 0, root[np.maximum(run[:, c], 0)], -1)
+    before = np.concatenate([[0], np.cumsum(keep)])
+    positions = before[np.asarray(positions, np.int64)]
+    for table in (run, step_code):
+        for c in range(oc.OUT, oc.IN2 + 1):
+            column = c + oc.OUT_OFF - oc.OUT
+            table[:, column] = np.where(table[:, c] >= 0, offsets[np.maximum(table[:, c], 0)], -1)
+    n = run.shape[0]
+    fused = np.zeros(n, np.int64)
+    places = np.full((n, 4), -1, np.int64)
+    fusable = _fusable(run, slots)
+    size = slots[run[:, oc.OUT], oc.SIZE]
+    # a group ends where fusable rows of one size end, and at every gradient step (it reads the values before)
+    starts = fusable & ~(np.concatenate([[False], fusable[:-1] & (size[1:] == size[:-1])]) if n else fusable)
+    starts[positions[positions < n]] |= fusable[positions[positions < n]]
+    # the last run-code row that reads each slot's value; live slots and those the steps read: after every row
+    last_read = np.full(slots.shape[0], -1, np.int64)
+    for c in (oc.IN0, oc.IN1, oc.IN2):
+        reads = run[:, c] >= 0
+        np.maximum.at(last_read, run[reads, c], np.flatnonzero(reads))
+    for c in (oc.OUT, oc.IN0, oc.IN1, oc.IN2):
+        last_read[root[step_code[step_code[:, c] >= 0, c]]] = n
+    last_read[root[live]] = n
+    n_scratch = 0
+    for start in np.flatnonzero(starts).tolist():
+        stop = start + 1
+        while stop < n and fusable[stop] and size[stop] == size[start] and not starts[stop]:
+            stop += 1
+        if stop - start < 2:
+            continue
+        fused[start] = stop
+        place, free, used = {}, [], 0
+        for r in range(start, stop):
+            for c in (oc.IN0, oc.IN1, oc.IN2):
+                places[r, c - oc.OUT] = place.get(run[r, c], -1)
+            out = run[r, oc.OUT]
+            if last_read[out] < stop:       # read only inside the group: a scratch buffer
+                if not free:
+                    free.append(used)
+                    used += 1
+                place[out] = places[r, 0] = free.pop()
+            for c in (oc.OUT, oc.IN0, oc.IN1, oc.IN2):     # after the row: its inputs' buffers never hold its output
+                s = run[r, c]
+                if s in place and last_read[s] <= r:
+                    free.append(place.pop(s))
+        n_scratch = max(n_scratch, used)
+    return run, offsets, positions, fused, places, n_scratch

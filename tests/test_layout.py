@@ -1,0 +1,85 @@
+"""The run layout of plain replays (jitape_kernels.layout): copies read their input's rows, elementwise runs of
+one large size run as fused groups block by block, and values read only inside a group never reach the arena;
+every replay equals the same function run eagerly."""
+import numpy as np
+import pytest
+
+import jitape as jt
+from jitape_kernels import opcodes as oc
+from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
+
+
+def _only_variant(f):
+    (concrete,) = [c for variants in f._variants.values() for c in variants]
+    return concrete
+
+
+def _chain(x, w, v):
+    """Elementwise rows of x's size around copies, a scalar broadcast, a compare and where, a value read twice
+    and a stop_gradient; a variable write and two outputs from the middle of the chain."""
+    a = jt.reshape(x, (-1,)) * 2.0 + w
+    b = jt.where(a > 0.5, jt.sqrt(jt.abs(a)), a * a)
+    c = jt.stop_gradient(b) - jt.exp(-a)
+    v.assign(c * 0.5)
+    return jt.reduce_sum(c), jt.identity(b)
+
+
+@pytest.mark.parametrize("n", [FUSE_MIN_SIZE - 1, FUSE_MIN_SIZE, 3 * BLOCK + 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_fused_replay_equals_eager_on_sizes_around_the_blocks(n, dtype):
+    rng = np.random.default_rng(n)
+    v = jt.Variable(np.zeros(n, dtype))
+    w = jt.Variable(dtype(0.25))
+    f = jt.function(_chain)
+    for _ in range(3):
+        x = rng.normal(size=(n,)).astype(dtype)
+        total, b = f(jt.constant(x), w, v)
+        written = v.numpy()
+        expected_total, expected_b = _chain(jt.constant(x), w, v)
+        np.testing.assert_allclose(b.numpy(), expected_b.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(written, v.numpy(), rtol=1e-6, atol=1e-7)
+        assert float(total) == pytest.approx(float(expected_total), rel=1e-5)
+        w.assign(w + 0.5)
+    concrete = _only_variant(f)
+    assert f.trace_count == 1
+    assert np.any(concrete._fused) == (n >= FUSE_MIN_SIZE)
+    ops = concrete._run_code[:, oc.OP]
+    assert not np.any((ops == oc.COPY) | (ops == oc.STOP_GRADIENT))     # copies read their input's rows
+
+
+def test_values_read_only_inside_a_group_never_reach_the_arena():
+    n = FUSE_MIN_SIZE + 3
+    f = jt.function(lambda x: jt.reduce_sum(jt.tanh(x * 3.0 + 1.0) * x - x))
+    x = jt.constant(np.linspace(-1.0, 1.0, n))
+    f(x)
+    concrete = _only_variant(f)
+    (start,) = np.flatnonzero(concrete._fused)
+    stop = concrete._fused[start]
+    assert stop - start >= 4
+    in_scratch = [concrete._run_code[r, oc.OUT] for r in range(start, stop) if concrete._places[r, 0] >= 0]
+    # every value but the last (the sum reads it after the group); buffers reused as values die
+    assert len(in_scratch) == stop - start - 1 and concrete._places[stop - 1, 0] == -1
+    assert concrete._scratch.size <= 3 * BLOCK
+    for slot in in_scratch:
+        concrete.arena[concrete._span(slot)] = np.nan
+    assert float(f(x)) == pytest.approx(float(jt.reduce_sum(jt.tanh(x * 3.0 + 1.0) * x - x)), rel=1e-12)
+    for slot in in_scratch:
+        assert np.all(np.isnan(concrete.arena[concrete._span(slot)]))
+
+
+def test_a_fused_function_differentiated_by_a_tape_or_jt_grad_uses_every_value():
+    n = FUSE_MIN_SIZE + 1
+
+    def f(x):
+        return jt.reduce_sum(jt.sin(x) * x + jt.reshape(x, (-1,)) * 0.5)
+
+    fn = jt.function(f)
+    x = jt.constant(np.linspace(-2.0, 2.0, n))
+    expected = np.cos(x.numpy()) * x.numpy() + np.sin(x.numpy()) + 0.5
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = fn(x)
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(jt.grad(fn)(x).numpy(), expected, rtol=1e-12)
+    fn(x)       # the plain replay runs fused
+    assert np.any(_only_variant(fn)._fused)
