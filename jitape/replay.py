@@ -15,6 +15,7 @@ table; derivatives of a replay (jt.grad and friends, jitape.functional) plan
 once per (sources, target) and reuse the filled arena.
 """
 import functools
+import sys
 import warnings
 
 import numpy as np
@@ -321,7 +322,7 @@ class Concrete:
         for variable, constant, start, stop, shape, dtype in self._write_spans:
             if constant is not None:
                 variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
-            else:
+            elif not _overwrite(variable._value, arena, start, stop):
                 variable._value = _entries(arena, start, stop, shape, dtype)
         if self._single_output:
             constant, start, stop, shape, dtype = self._output_spans[0]
@@ -349,7 +350,34 @@ def _entries(arena, start, stop, shape, dtype):
     if not shape:
         value = arena[start]
         return value if value.dtype == dtype else dtype.type(value)
-    return arena[start:stop].astype(dtype).reshape(shape)
+    return arena[start:stop].reshape(shape).astype(dtype)      # an array that owns its data
+
+
+class _Held:
+    """An object holding a value by one attribute, as a variable does."""
+    def __init__(self):
+        self.value = np.zeros(1)
+
+
+def _references_in_callee(value, arena, start, stop):
+    return sys.getrefcount(value)
+
+
+# the references _overwrite counts to a value that one attribute alone holds, passed as finish() passes it
+_held = _Held()
+_UNSHARED = _references_in_callee(_held.value, None, 0, 0)
+del _held
+
+
+def _overwrite(value, arena, start, stop):
+    """Write arena[start:stop] into a variable's `value` in place when nothing else can see it: an array of the
+    arena's dtype that owns its data and that no other object references (a Tensor read from the variable, a
+    view, a caller's name all hold references). A training step then allocates no new parameters."""
+    if type(value) is not np.ndarray or value.base is not None or value.dtype != arena.dtype \
+            or not value.flags.c_contiguous or not value.flags.writeable or sys.getrefcount(value) != _UNSHARED:
+        return False
+    value.reshape(-1)[:] = arena[start:stop]
+    return True
 
 
 def _compacted_attributes(code, iattr, fattr):

@@ -363,3 +363,17 @@ def test_a_traced_logsumexp_shifts_by_a_recorded_maximum_its_derivatives_never_r
     g = jt.grad(lambda x: jt.reduce_logsumexp(x))(jt.constant(big))
     np.testing.assert_allclose(g.numpy(), np.exp(big - 1001) / np.sum(np.exp(big - 1001)))
     assert f.trace_count == 1
+
+def test_a_replay_writes_a_variable_in_place_only_when_nothing_else_sees_its_value():
+    v = jt.Variable(np.zeros(5, np.float32))
+    f = jt.function(lambda: v.assign_add(jt.ones(5)))
+    f()
+    f()
+    held, read, view = v.numpy(), v.read_value(), v._value[1:]
+    f()
+    # what was read before the call keeps the value it had
+    assert held.tolist() == read.numpy().tolist() == [2.0] * 5 and view.tolist() == [2.0] * 4
+    assert v.numpy().tolist() == [3.0] * 5
+    value = id(v._value)
+    f()
+    assert id(v._value) == value and v.numpy().tolist() == [4.0] * 5      # no one held it: written in place
