@@ -334,6 +334,9 @@ class Concrete:
     def program(self, targets, sources):
         """The derivative Program of `targets` w.r.t. `sources` (slots) over this variant's arena: planned once
         and kept (its arena is the one every run fills)."""
+        if self._run_code is not self.code:
+            raise ValueError("Concrete.program: this variant replays in its run layout, which keeps only outputs, "
+                             "guards and writes; derivatives use the Function's twin() (traced to be differentiated)")
         key = (tuple(targets), tuple(sources))
         program = self._plans.get(key)
         if program is None:

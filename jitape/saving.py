@@ -435,9 +435,7 @@ def validated(code6, slots, iattr, fattr, arena, opcodes, error):
     code = np.full((code6.shape[0], oc.W), -1, np.int64)
     code[:, :oc.ATTR + 1] = code6
     code[:, oc.OP] = ops
-    for c in range(4):
-        s = code6[:, oc.OUT + c]
-        code[:, oc.OUT_OFF + c] = np.where(s >= 0, slots[np.maximum(s, 0), oc.OFFSET], -1)
+    oc.fill_offset_columns(code, slots[:, oc.OFFSET])
     return code, slots, iattr, fattr, arena
 
 

@@ -58,10 +58,8 @@ def run_layout(code, slots, positions, step_code, live):
         run[:, c] = np.where(run[:, c] >= 0, root[np.maximum(run[:, c], 0)], -1)
     before = np.concatenate([[0], np.cumsum(keep)])
     positions = before[np.asarray(positions, np.int64)]
-    for table in (run, step_code):
-        for c in range(oc.OUT, oc.IN2 + 1):
-            column = c + oc.OUT_OFF - oc.OUT
-            table[:, column] = np.where(table[:, c] >= 0, offsets[np.maximum(table[:, c], 0)], -1)
+    oc.fill_offset_columns(run, offsets)
+    oc.fill_offset_columns(step_code, offsets)
     n = run.shape[0]
     fused = np.zeros(n, np.int64)
     places = np.full((n, 4), -1, np.int64)

@@ -36,6 +36,8 @@ MATMUL               batch_a, batch_b, m, k, n             (batch_a or batch_b i
 SOLVE                batch, n, m                           (A [batch,n,n], B [batch,n,m])
 INV                  batch, n
 """
+import numpy as np
+
 
 W = 14
 OP, OUT, IN0, IN1, IN2, ATTR, OUT_OFF, IN0_OFF, IN1_OFF, IN2_OFF, OUT_ADJ, IN0_ADJ, IN1_ADJ, IN2_ADJ = range(W)
@@ -150,6 +152,14 @@ def _check_table():
 
 
 _check_table()
+
+
+def fill_offset_columns(code, offsets):
+    """Set code's OUT_OFF..IN2_OFF columns to the arena offsets (`offsets`, per slot) of its OUT..IN2 slots, -1
+    where a slot is absent."""
+    for c in range(4):
+        slot = code[:, OUT + c]
+        code[:, OUT_OFF + c] = np.where(slot >= 0, offsets[np.maximum(slot, 0)], -1)
 
 
 def attribute_length(op, iattr, start):

@@ -83,3 +83,10 @@ def test_a_fused_function_differentiated_by_a_tape_or_jt_grad_uses_every_value()
     np.testing.assert_allclose(jt.grad(fn)(x).numpy(), expected, rtol=1e-12)
     fn(x)       # the plain replay runs fused
     assert np.any(_only_variant(fn)._fused)
+
+
+def test_a_variant_in_its_run_layout_refuses_to_plan_a_derivative():
+    f = jt.function(lambda x: jt.reduce_sum(jt.sin(x) * x))
+    f(jt.constant(np.ones(FUSE_MIN_SIZE)))
+    with pytest.raises(ValueError, match="run layout"):
+        _only_variant(f).program([0], [0])
