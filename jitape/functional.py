@@ -85,8 +85,8 @@ class _Call:
     """One call of f through its jt.function: the variant replayed (or traced), its outputs and the slots
     of the differentiated leaves."""
 
-    def __init__(self, fn, args, kwargs, nums):
-        concrete, leaves, traced = fn.replay(args, kwargs)
+    def __init__(self, fn, args, kwargs, nums, purpose=None):
+        concrete, leaves, traced = fn.replay(args, kwargs, purpose)
         if concrete.gradient_steps:
             raise ValueError(f"{fn.__name__!r} takes gradients inside with the compiled sweep (a loaded function): "
                              f"its Program cannot be differentiated; differentiate the Python function instead")
@@ -173,14 +173,19 @@ def value_and_grad(f, argnums=0, has_aux=False):
             value = _value(out, has_aux, "value_and_grad")
             grads = tape.gradient(value, sources, unconnected_gradients="zero")
             return out, _pack_groups(args, nums, grads, many)
-        call = _Call(fn, args, kwargs, nums)
+        # after its first call, a variant takes this gradient in the replay's own compiled call
+        purpose = ("value_and_grad", nums)
+        call = _Call(fn, args, kwargs, nums, purpose)
         value = _value(call.outputs, has_aux, "value_and_grad")
         target = call.target(value, "value_and_grad")
         if target < 0:
             found = [None] * len(call.sources)
+        elif call.concrete.ran == purpose:
+            found = call.concrete.gradients(purpose, [t.dtype for t, _ in call.sources])
         else:
             seed = np.ones((1, 1), call.concrete.dtype)
             found = source_gradients(call.program(target), [seed], [t for t, _ in call.sources])
+            call.concrete.bind_gradient(purpose, target, [slot for _, slot in call.sources], fn.backend)
         return call.outputs, call.pack(found, many, lambda t: t.shape)
 
     return value_and_grad_f

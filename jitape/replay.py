@@ -260,7 +260,9 @@ class Concrete:
                               if entry[0] == "slot" else (entry[1], -1, 0, None, None) for entry in self.outputs]
         self._single_output = isinstance(self.structure, (Tensor, np.ndarray)) and len(self._output_spans) == 1
         self._holds = self.variables_hold if self.variable_guards else None
-        self._replayers = {}    # backend name -> the replay bound to this variant's arrays
+        self._replayers = {}    # backend name (or (name, purpose): see bind_gradient) -> a replay bound to arrays
+        self._gradient_rows = {}    # purpose -> (its adjoint buffer, (adjoint row, size) per source)
+        self.ran = None
         self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
 
     def __len__(self):
@@ -277,9 +279,11 @@ class Concrete:
         """The guard on variables no instruction reads (integer counters): the values traced with."""
         return all(np.array_equal(v._value, expected) for v, expected, _ in self.variable_guards)
 
-    def run(self, leaves, backend_name=None):
+    def run(self, leaves, backend_name=None, purpose=None):
         """Replay on the flat argument leaves: fill the inputs, one compiled call. False when a guard differs
-        (nothing written then), else True with the arena holding every value of the call."""
+        (nothing written then), else True with the arena holding every value of the call. With a `purpose`
+        bound by bind_gradient, the call also takes that gradient (self.ran says whether it did)."""
+        self.ran = None
         if self._holds is not None and not self._holds():
             return False
         arena = self.arena
@@ -295,7 +299,13 @@ class Concrete:
                 arena[start] = variable._value
             else:
                 arena[start:stop] = variable._value.reshape(-1)
-        replay = self._replayers.get(config.backend if backend_name is None else backend_name)
+        name = config.backend if backend_name is None else backend_name
+        if purpose is not None:
+            replay = self._replayers.get((name, purpose))
+            if replay is not None:
+                self.ran = purpose
+                return replay()
+        replay = self._replayers.get(name)
         return (replay if replay is not None else self.replayer(backend_name))()
 
     def replayer(self, backend_name=None):
@@ -305,6 +315,31 @@ class Concrete:
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
             self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch)
         return replay
+
+    def bind_gradient(self, purpose, target, sources, backend_name=None):
+        """Bind, as `purpose`, a replay that ends with the reverse sweep of the scalar `target` w.r.t. `sources`
+        (slots; -1: f never reads it) as one more gradient step, its gradients left in its adjoint rows: a
+        jt.grad call is then one compiled call. gradients(purpose) reads them."""
+        program = self.program([target], sources)
+        rows = [int(program.adjoint_rows[s]) if s >= 0 else -1 for s in sources]
+        n_code, n_moves = self._step_code.shape[0], self._moves.shape[0]
+        step = [self.code.shape[0], n_code, n_code + program.code.shape[0], program.adjoint_rows[target], 1,
+                n_moves, n_moves + len(sources), target]
+        moves = [[row, self.slots[s, oc.SIZE] if row >= 0 else 0, -1, max(s, 0)] for row, s in zip(rows, sources)]
+        adjoint = np.empty((max(self._adjoint.shape[0], program.adjoint_size), 1), self.dtype)
+        device = backends.current(backend_name)
+        self._replayers[device.name, purpose] = device.bind_replay(
+            self._run_code, self.slots, self.iattr, self.fattr, self.arena, np.vstack([self._steps, [step]]),
+            np.vstack([self._step_code, program.code]), np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]),
+            adjoint, self._guards, self._expected, self._fused, self._places, self._scratch)
+        self._gradient_rows[purpose] = (adjoint, [(row, int(self.slots[s, oc.SIZE])) for row, s in zip(rows, sources)])
+
+    def gradients(self, purpose, dtypes):
+        """The gradients the last run took as `purpose` (see bind_gradient), as new flat arrays of `dtypes`
+        (None: the source is unreached)."""
+        adjoint, rows = self._gradient_rows[purpose]
+        return [None if row < 0 else adjoint[row:row + size, 0].astype(dtype)
+                for (row, size), dtype in zip(rows, dtypes)]
 
     def failed_guard(self):
         """The description of the first guard the last run broke."""
@@ -454,16 +489,17 @@ class Function:
         """A differentiable Function of `python_function` with this one's settings."""
         return Function(python_function, self.retrace_warning, self.backend, differentiated=True)
 
-    def replay(self, args, kwargs):
+    def replay(self, args, kwargs, purpose=None):
         """(the variant that ran, the flat argument leaves, None) with the variant's arena holding every value
         of the call and its variable writes not yet done; when this call traced, the variant traced, its
-        arena holding the call's values, and (the outputs,): the call already ran in Python."""
+        arena holding the call's values, and (the outputs,): the call already ran in Python. purpose: a
+        gradient the variant may have bound (Concrete.bind_gradient) to take in the same call."""
         key, leaves = signature(args, kwargs)
         variants = self._variants.get(key)
         why = None
         if variants is not None:
             for i, concrete in enumerate(variants):
-                if concrete.run(leaves, self.backend):
+                if concrete.run(leaves, self.backend, purpose):
                     if i:
                         variants.insert(0, variants.pop(i))
                     return concrete, leaves, None

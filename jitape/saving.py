@@ -374,7 +374,7 @@ class LoadedFunction(Function):
         raise ValueError(f"the loaded function {self.__name__!r} cannot run here: it has no Python code, and this "
                          f"call needs it (under a recording tape, or no saved trace serves these arguments)")
 
-    def replay(self, args, kwargs):
+    def replay(self, args, kwargs, purpose=None):
         key, leaves = signature(args, kwargs)
         key = repr(key)
         variants = self._variants.get(key)
@@ -382,7 +382,7 @@ class LoadedFunction(Function):
             raise ValueError(f"the loaded function {self.__name__!r} has no saved trace for arguments "
                              f"{key[:300]}; saved: {[k[:300] for k in self._variants]}")
         for concrete in variants:
-            if concrete.run(leaves, self.backend):
+            if concrete.run(leaves, self.backend, purpose):
                 return concrete, leaves, None
         raise ValueError(f"the loaded function {self.__name__!r}: no saved trace's guards hold for this call "
                          f"(first guard that differs: {variants[0].failed_guard()})")

@@ -121,3 +121,46 @@ def test_variables_as_differentiated_arguments():
         np.testing.assert_allclose(gw.numpy(), 3 * np.array(values) ** 2)
         np.testing.assert_array_equal(gu.numpy(), [0.0])
     np.testing.assert_allclose(jt.hessian(lambda w: jt.reduce_sum(w ** 3))(w).numpy(), np.diag([18.0, -6.0]))
+
+
+def test_after_two_calls_a_variant_takes_the_gradient_in_its_replay_call_and_guards_still_choose(monkeypatch):
+    """From a variant's second call on, value_and_grad binds the reverse sweep as the replay's last step: the
+    same numbers as the tape, zeros for an argument f never reads, and a guard that flips still retraces."""
+    taken = []
+    real = replay_module.Concrete.gradients
+    monkeypatch.setattr(replay_module.Concrete, "gradients", lambda self, *a: taken.append(1) or real(self, *a))
+
+    def f(x, unused, w):
+        y = jt.reduce_sum(x * x * w)
+        if y > 1.0:         # a guard: every replay checks the branch its variant took
+            return y * 3.0 + jt.reduce_sum(w)
+        return jt.sin(y)
+
+    vg = jt.value_and_grad(f, argnums=(0, 1, 2))
+    rng = np.random.default_rng(3)
+    w = jt.Variable(rng.normal(size=3))
+    for i in range(9):
+        x = jt.constant(rng.normal(size=3) * (2.0 if i % 4 < 2 else 0.1))
+        unused = jt.constant(rng.normal(size=(2, 2)))
+        w.assign(rng.normal(size=3))
+        value, (gx, gu, gw) = vg(x, unused, w)
+        with jt.GradientTape() as tape:
+            tape.watch([x, w])
+            expected = f(x, unused, w)
+        ex, ew = tape.gradient(expected, [x, w])
+        assert float(value) == pytest.approx(float(expected), rel=1e-12)
+        np.testing.assert_allclose(gx.numpy(), ex.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(gw.numpy(), ew.numpy(), rtol=1e-12)
+        np.testing.assert_array_equal(gu.numpy(), np.zeros((2, 2)))
+        assert gx.dtype == x.dtype and gu.shape == (2, 2)
+    assert len(taken) >= 4      # each branch's variant: traced, replayed and bound, then taken in the call
+
+
+def test_grad_of_a_loaded_function_on_every_call(tmp_path):
+    f = jt.function(lambda x: jt.reduce_sum(jt.sin(x) * x))
+    f(jt.constant([0.1, 0.2, 0.3]))
+    jt.save(tmp_path / "f.npz", f)
+    dg = jt.grad(jt.load(tmp_path / "f.npz"))
+    for scale in range(1, 5):      # traced variant loaded; plain replay then bound; then the gradient in the call
+        x = np.array([0.1, 0.2, 0.3], np.float32) * scale
+        np.testing.assert_allclose(dg(jt.constant(x)).numpy(), np.sin(x) + x * np.cos(x), rtol=1e-6)

@@ -34,54 +34,82 @@ def params(op, iattr, fattr, a):
 @njit(cache=True, error_model="numpy")
 def forward_sweep(code, slots, iattr, fattr, arena):
     """Recompute every instruction's output in the arena from its inputs, in program order."""
-    for r in range(code.shape[0]):
+    r = 0
+    while r < code.shape[0]:
+        r = _scalar_rows_forward(code, r, slots, iattr, fattr, arena)
+        if r < code.shape[0]:
+            _forward_row(code, r, slots, iattr, fattr, arena)
+            r += 1
+
+
+@njit(cache=True, error_model="numpy")
+def _scalar_rows_forward(code, r0, slots, iattr, fattr, arena):
+    """forward_sweep over rows r0, r0+1, ... while they are scalar elementwise rows; the first row that is not
+    (code.shape[0]: none). A loop of its own, as _scalar_rows_reverse."""
+    for r in range(r0, code.shape[0]):
         op = code[r, oc.OP]
-        a = code[r, oc.ATTR]
-        size = slots[code[r, oc.OUT], oc.SIZE]
+        if op > oc.BINARY_LAST or slots[code[r, oc.OUT], oc.SIZE] != 1:
+            return r
         o = code[r, oc.OUT_OFF]
         i0 = code[r, oc.IN0_OFF]
-        if size <= SMALL and op <= oc.BINARY_LAST:
-            # scalar chains and small arrays: no array views, the rule inlined per element
-            if op <= oc.UNARY_LAST:
-                p0, p1 = params(op, iattr, fattr, a)
-                for e in range(size):
-                    arena[o + e] = unary_value(op, arena[i0 + e], p0, p1)
-            else:
-                i1 = code[r, oc.IN1_OFF]
-                for e in range(size):
-                    arena[o + e] = binary_value(op, arena[i0 + e], arena[i1 + e])
-            continue
-        out = arena[o:o + size]
-        n0 = slots[code[r, oc.IN0], oc.SIZE]
-        x = arena[i0:i0 + n0]
+        if op <= oc.UNARY_LAST:
+            p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
+            arena[o] = unary_value(op, arena[i0], p0, p1)
+        else:
+            arena[o] = binary_value(op, arena[i0], arena[code[r, oc.IN1_OFF]])
+    return code.shape[0]
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_row(code, r, slots, iattr, fattr, arena):
+    """forward_sweep's work for row r."""
+    op = code[r, oc.OP]
+    a = code[r, oc.ATTR]
+    size = slots[code[r, oc.OUT], oc.SIZE]
+    o = code[r, oc.OUT_OFF]
+    i0 = code[r, oc.IN0_OFF]
+    if size <= SMALL and op <= oc.BINARY_LAST:
+        # scalar chains and small arrays: no array views, the rule inlined per element
         if op <= oc.UNARY_LAST:
             p0, p1 = params(op, iattr, fattr, a)
-            unary_forward(op, x, out, p0, p1)
-        elif op <= oc.BINARY_LAST:
-            i1 = code[r, oc.IN1_OFF]
-            binary_forward(op, x, arena[i1:i1 + size], out)
-        elif op == oc.WHERE:
-            i1 = code[r, oc.IN1_OFF]
-            i2 = code[r, oc.IN2_OFF]
-            where_forward(x, arena[i1:i1 + size], arena[i2:i2 + size], out)
-        elif op <= oc.PROD:
-            reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2])
-        elif op == oc.CUMSUM:
-            cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0)
-        elif op <= oc.PAD:
-            mapped_forward(op, iattr, a, x, out)
-        elif op <= oc.GATHER:
-            moved_forward(op, iattr, a, x, out)
-        elif op == oc.MATMUL:
-            i1 = code[r, oc.IN1_OFF]
-            n1 = slots[code[r, oc.IN1], oc.SIZE]
-            matmul_forward(iattr, a, x, arena[i1:i1 + n1], out)
-        elif op == oc.SOLVE:
-            i1 = code[r, oc.IN1_OFF]
-            n1 = slots[code[r, oc.IN1], oc.SIZE]
-            solve_forward(iattr, a, x, arena[i1:i1 + n1], out)
+            for e in range(size):
+                arena[o + e] = unary_value(op, arena[i0 + e], p0, p1)
         else:
-            inv_forward(iattr, a, x, out)
+            i1 = code[r, oc.IN1_OFF]
+            for e in range(size):
+                arena[o + e] = binary_value(op, arena[i0 + e], arena[i1 + e])
+        return
+    out = arena[o:o + size]
+    n0 = slots[code[r, oc.IN0], oc.SIZE]
+    x = arena[i0:i0 + n0]
+    if op <= oc.UNARY_LAST:
+        p0, p1 = params(op, iattr, fattr, a)
+        unary_forward(op, x, out, p0, p1)
+    elif op <= oc.BINARY_LAST:
+        i1 = code[r, oc.IN1_OFF]
+        binary_forward(op, x, arena[i1:i1 + size], out)
+    elif op == oc.WHERE:
+        i1 = code[r, oc.IN1_OFF]
+        i2 = code[r, oc.IN2_OFF]
+        where_forward(x, arena[i1:i1 + size], arena[i2:i2 + size], out)
+    elif op <= oc.PROD:
+        reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2])
+    elif op == oc.CUMSUM:
+        cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0)
+    elif op <= oc.PAD:
+        mapped_forward(op, iattr, a, x, out)
+    elif op <= oc.GATHER:
+        moved_forward(op, iattr, a, x, out)
+    elif op == oc.MATMUL:
+        i1 = code[r, oc.IN1_OFF]
+        n1 = slots[code[r, oc.IN1], oc.SIZE]
+        matmul_forward(iattr, a, x, arena[i1:i1 + n1], out)
+    elif op == oc.SOLVE:
+        i1 = code[r, oc.IN1_OFF]
+        n1 = slots[code[r, oc.IN1], oc.SIZE]
+        solve_forward(iattr, a, x, arena[i1:i1 + n1], out)
+    else:
+        inv_forward(iattr, a, x, out)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -234,58 +262,119 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
     K = adjoint.shape[1]
-    for r in range(code.shape[0] - 1, -1, -1):
+    flat = adjoint.reshape(adjoint.size)
+    r = code.shape[0] - 1
+    while r >= 0:
+        if K == 1:
+            r = _scalar_rows_reverse(code, r, slots, iattr, fattr, arena, flat, written)
+            if r < 0:
+                break
+        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written)
+        r -= 1
+
+
+@njit(cache=True, error_model="numpy")
+def _scalar_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
+    """reverse_sweep with one column over rows r0, r0-1, ... while they are scalar elementwise rows; the
+    first row that is not (-1: none). A loop of its own: compiled inside the general row's code, a scalar chain
+    runs at half this speed."""
+    for r in range(r0, -1, -1):
+        op = code[r, oc.OP]
+        if op > oc.BINARY_LAST or slots[code[r, oc.OUT], oc.SIZE] != 1:
+            return r
         if not written[code[r, oc.OUT]]:
             continue
-        op = code[r, oc.OP]
-        a = code[r, oc.ATTR]
-        size = slots[code[r, oc.OUT], oc.SIZE]
         o = code[r, oc.OUT_OFF]
-        go = code[r, oc.OUT_ADJ]
-        if size <= SMALL and op <= oc.BINARY_LAST:
-            # scalar chains and small arrays: no array views, the rule inlined per element
-            i0 = code[r, oc.IN0_OFF]
-            j0 = code[r, oc.IN0_ADJ]
-            first0 = j0 >= 0 and not written[code[r, oc.IN0]]
+        g = flat[code[r, oc.OUT_ADJ]]
+        i0 = code[r, oc.IN0_OFF]
+        j0 = code[r, oc.IN0_ADJ]
+        first0 = j0 >= 0 and not written[code[r, oc.IN0]]
+        if j0 >= 0:
+            written[code[r, oc.IN0]] = True
+        if op <= oc.UNARY_LAST:
             if j0 >= 0:
-                written[code[r, oc.IN0]] = True
-            if op <= oc.UNARY_LAST:
-                if j0 >= 0:
-                    p0, p1 = params(op, iattr, fattr, a)
-                    for e in range(size):
-                        d = unary_derivative(op, arena[i0 + e], arena[o + e], p0, p1)
-                        for k in range(K):
-                            _accumulate(adjoint, j0 + e, k, adjoint[go + e, k] * d, first0)
-            else:
-                i1 = code[r, oc.IN1_OFF]
-                j1 = code[r, oc.IN1_ADJ]
-                # x * x: the second input's rows are the first's, just set (first1 False)
-                first1 = j1 >= 0 and not written[code[r, oc.IN1]]
-                if j1 >= 0:
-                    written[code[r, oc.IN1]] = True
-                for e in range(size):
-                    da, db = binary_partials(op, arena[i0 + e], arena[i1 + e], arena[o + e])
-                    for k in range(K):
-                        g = adjoint[go + e, k]
-                        if j0 >= 0:
-                            _accumulate(adjoint, j0 + e, k, g * da, first0)
-                        if j1 >= 0:
-                            _accumulate(adjoint, j1 + e, k, g * db, first1)
-            continue
-        sets = sets_first_write(op, K, code[r, oc.IN0] != code[r, oc.IN1])
-        assign0 = assign1 = False
-        for c in range(oc.IN0, oc.IN2 + 1):
-            s = code[r, c]
-            j = code[r, c + oc.IN0_ADJ - oc.IN0]
-            if s >= 0 and j >= 0 and not written[s]:
-                written[s] = True
-                if sets and c == oc.IN0:
-                    assign0 = True
-                elif sets and c == oc.IN1:
-                    assign1 = True
+                p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
+                d = unary_derivative(op, arena[i0], arena[o], p0, p1)
+                if first0:
+                    flat[j0] = g * d
                 else:
-                    adjoint[j:j + slots[s, oc.SIZE]] = 0
-        reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0, assign1)
+                    flat[j0] += g * d
+            continue
+        i1 = code[r, oc.IN1_OFF]
+        j1 = code[r, oc.IN1_ADJ]
+        # x * x: the second input's row is the first's, just set (first1 False)
+        first1 = j1 >= 0 and not written[code[r, oc.IN1]]
+        if j1 >= 0:
+            written[code[r, oc.IN1]] = True
+        da, db = binary_partials(op, arena[i0], arena[i1], arena[o])
+        if j0 >= 0:
+            if first0:
+                flat[j0] = g * da
+            else:
+                flat[j0] += g * da
+        if j1 >= 0:
+            if first1:
+                flat[j1] = g * db
+            else:
+                flat[j1] += g * db
+    return -1
+
+
+@njit(cache=True, error_model="numpy")
+def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written):
+    """reverse_sweep's work for row r."""
+    K = adjoint.shape[1]
+    if not written[code[r, oc.OUT]]:
+        return
+    op = code[r, oc.OP]
+    a = code[r, oc.ATTR]
+    size = slots[code[r, oc.OUT], oc.SIZE]
+    o = code[r, oc.OUT_OFF]
+    go = code[r, oc.OUT_ADJ]
+    if size <= SMALL and op <= oc.BINARY_LAST:
+        # scalar chains and small arrays: no array views, the rule inlined per element
+        i0 = code[r, oc.IN0_OFF]
+        j0 = code[r, oc.IN0_ADJ]
+        first0 = j0 >= 0 and not written[code[r, oc.IN0]]
+        if j0 >= 0:
+            written[code[r, oc.IN0]] = True
+        if op <= oc.UNARY_LAST:
+            if j0 >= 0:
+                p0, p1 = params(op, iattr, fattr, a)
+                for e in range(size):
+                    d = unary_derivative(op, arena[i0 + e], arena[o + e], p0, p1)
+                    for k in range(K):
+                        _accumulate(adjoint, j0 + e, k, adjoint[go + e, k] * d, first0)
+        else:
+            i1 = code[r, oc.IN1_OFF]
+            j1 = code[r, oc.IN1_ADJ]
+            # x * x: the second input's rows are the first's, just set (first1 False)
+            first1 = j1 >= 0 and not written[code[r, oc.IN1]]
+            if j1 >= 0:
+                written[code[r, oc.IN1]] = True
+            for e in range(size):
+                da, db = binary_partials(op, arena[i0 + e], arena[i1 + e], arena[o + e])
+                for k in range(K):
+                    g = adjoint[go + e, k]
+                    if j0 >= 0:
+                        _accumulate(adjoint, j0 + e, k, g * da, first0)
+                    if j1 >= 0:
+                        _accumulate(adjoint, j1 + e, k, g * db, first1)
+        return
+    sets = sets_first_write(op, K, code[r, oc.IN0] != code[r, oc.IN1])
+    assign0 = assign1 = False
+    for c in range(oc.IN0, oc.IN2 + 1):
+        s = code[r, c]
+        j = code[r, c + oc.IN0_ADJ - oc.IN0]
+        if s >= 0 and j >= 0 and not written[s]:
+            written[s] = True
+            if sets and c == oc.IN0:
+                assign0 = True
+            elif sets and c == oc.IN1:
+                assign1 = True
+            else:
+                adjoint[j:j + slots[s, oc.SIZE]] = 0
+    reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0, assign1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -297,8 +386,9 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     steps    [n, 8]  position (the rows of code before the step), step_code start, stop, the target's adjoint
                      row (-1: unreached), target size, moves start, stop, target slot
     step_code        the steps' derivative rows, each step's planned over its own adjoint rows
-    moves    [m, 4]  adjoint row (-1: the source is unreached, its gradient is zero), size, arena offset, source
-                     slot (its gradient is zero too when the sweep never wrote it)
+    moves    [m, 4]  adjoint row (-1: the source is unreached, its gradient is zero), size, arena offset (-1: the
+                     gradient stays in the adjoint rows, for the caller), source slot (its gradient is zero too
+                     when the sweep never wrote it)
     adjoint  [r, 1]  one buffer serving every step (r >= each step's rows)
     guards   [g, 3]  arena offset, size, offset in `expected` of the value the trace computed (NaN equals NaN)
     fused, places, scratch   the fused groups of a run layout (jitape_kernels.layout; fused all 0: none)
@@ -315,6 +405,11 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
             reverse_sweep(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written)
         for m in range(steps[s, 5], steps[s, 6]):
             row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
+            if offset < 0:
+                # a gradient the caller reads from the adjoint rows: zeros where the sweep never wrote them
+                if row >= 0 and not written[source]:
+                    adjoint[row:row + size] = 0
+                continue
             for i in range(size):
                 arena[offset + i] = adjoint[row + i, 0] if row >= 0 and written[source] else 0
         start = steps[s, 0]
