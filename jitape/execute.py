@@ -219,7 +219,7 @@ def source_jacobians(program, n, sources, mode=None):
         return [None] * len(sources)
     if n == 0 or columns == 0:      # connected, but a target or source without entries: empty Jacobians
         return [np.zeros((n, s.size), s.dtype) if r else None for s, r in zip(sources, rows)]
-    if mode == "forward" or (mode is None and columns < n):
+    if _forward_mode(mode, columns, n):
         return _forward_jacobians(program, target_row, n, sources, rows, columns)
     chunk = _columns_per_sweep(program, n)
     jacobians = [None] * len(sources)
@@ -232,6 +232,17 @@ def source_jacobians(program, n, sources, mode=None):
                     jacobians[i] = np.empty((n, block.shape[0]), sources[i].dtype)
                 jacobians[i][start:start + k] = block.T
     return jacobians
+
+
+def _forward_mode(mode, columns, n):
+    return mode == "forward" or (mode is None and columns < n)
+
+
+def one_reverse_sweep(program, n, sources):
+    """Whether source_jacobians (mode None) takes the n-entry target's Jacobians in one reverse sweep of n
+    columns, seeded with the identity."""
+    columns = sum(s.size for i, s in enumerate(sources) if _source_slots(program, i))
+    return n > 0 and columns > 0 and not _forward_mode(None, columns, n) and _columns_per_sweep(program, n) >= n
 
 
 def _forward_jacobians(program, target_row, n, sources, rows, columns):

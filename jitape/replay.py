@@ -316,17 +316,20 @@ class Concrete:
             self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch)
         return replay
 
-    def bind_gradient(self, purpose, target, sources, backend_name=None):
-        """Bind, as `purpose`, a replay that ends with the reverse sweep of the scalar `target` w.r.t. `sources`
-        (slots; -1: f never reads it) as one more gradient step, its gradients left in its adjoint rows: a
-        jt.grad call is then one compiled call. gradients(purpose) reads them."""
+    def bind_gradient(self, purpose, target, sources, backend_name=None, columns=1):
+        """Bind, as `purpose`, a replay that ends with the reverse sweep of `target` w.r.t. `sources` (slots; -1:
+        f never reads it) as one more gradient step, its results left in its adjoint rows: a jt.grad (columns
+        1, a scalar target) or jt.jacobian (columns = the target's size) call is then one compiled call.
+        gradients(purpose) reads them."""
+        if columns > 1 and self.gradient_steps:
+            raise ValueError("Concrete.bind_gradient: a Jacobian step needs a variant without gradient steps")
         program = self.program([target], sources)
         rows = [int(program.adjoint_rows[s]) if s >= 0 else -1 for s in sources]
         n_code, n_moves = self._step_code.shape[0], self._moves.shape[0]
-        step = [self.code.shape[0], n_code, n_code + program.code.shape[0], program.adjoint_rows[target], 1,
-                n_moves, n_moves + len(sources), target]
+        step = [self.code.shape[0], n_code, n_code + program.code.shape[0], program.adjoint_rows[target],
+                self.slots[target, oc.SIZE], n_moves, n_moves + len(sources), target]
         moves = [[row, self.slots[s, oc.SIZE] if row >= 0 else 0, -1, max(s, 0)] for row, s in zip(rows, sources)]
-        adjoint = np.empty((max(self._adjoint.shape[0], program.adjoint_size), 1), self.dtype)
+        adjoint = np.empty((max(self._adjoint.shape[0], program.adjoint_size), columns), self.dtype)
         device = backends.current(backend_name)
         self._replayers[device.name, purpose] = device.bind_replay(
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, np.vstack([self._steps, [step]]),
@@ -335,10 +338,10 @@ class Concrete:
         self._gradient_rows[purpose] = (adjoint, [(row, int(self.slots[s, oc.SIZE])) for row, s in zip(rows, sources)])
 
     def gradients(self, purpose, dtypes):
-        """The gradients the last run took as `purpose` (see bind_gradient), as new flat arrays of `dtypes`
-        (None: the source is unreached)."""
+        """What the last run took as `purpose` (see bind_gradient): per source, a new [columns, size] array of
+        its dtype in `dtypes` (None: the source is unreached)."""
         adjoint, rows = self._gradient_rows[purpose]
-        return [None if row < 0 else adjoint[row:row + size, 0].astype(dtype)
+        return [None if row < 0 else adjoint[row:row + size].T.astype(dtype)
                 for (row, size), dtype in zip(rows, dtypes)]
 
     def failed_guard(self):

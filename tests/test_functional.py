@@ -164,3 +164,32 @@ def test_grad_of_a_loaded_function_on_every_call(tmp_path):
     for scale in range(1, 5):      # traced variant loaded; plain replay then bound; then the gradient in the call
         x = np.array([0.1, 0.2, 0.3], np.float32) * scale
         np.testing.assert_allclose(dg(jt.constant(x)).numpy(), np.sin(x) + x * np.cos(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n_out, argnums", [(2, (0, 1, 2)), (5, 0)])    # (5, 0): 5 outputs of 3 inputs, forward
+def test_jacobians_on_every_call_in_the_replay_call_when_one_reverse_sweep(monkeypatch, n_out, argnums):
+    taken = []
+    real = replay_module.Concrete.gradients
+    monkeypatch.setattr(replay_module.Concrete, "gradients", lambda self, *a: taken.append(1) or real(self, *a))
+
+    def f(x, unused, w):
+        y = jt.tanh(jt.matmul(w, x)) * x[0]
+        return y if jt.reduce_sum(x) > 0 else -y       # a guard on the comparison
+
+    jac = jt.jacobian(f, argnums=argnums)
+    rng = np.random.default_rng(5)
+    for i in range(8):
+        x = jt.constant(rng.normal(size=3) + (1.0 if i % 3 else -1.0))
+        unused = jt.constant(rng.normal(size=1))
+        w = jt.constant(rng.normal(size=(n_out, 3)))
+        found = jac(x, unused, w)
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch([x, w])
+            y = f(x, unused, w)
+        jx = found[0] if argnums != 0 else found
+        np.testing.assert_allclose(jx.numpy(), tape.jacobian(y, x).numpy(), rtol=1e-12)
+        assert jx.shape == (n_out, 3)
+        if argnums != 0:
+            np.testing.assert_allclose(found[2].numpy(), tape.jacobian(y, w).numpy(), rtol=1e-12)
+            np.testing.assert_array_equal(found[1].numpy(), np.zeros((n_out, 1)))
+    assert (len(taken) >= 3) == (argnums != 0)

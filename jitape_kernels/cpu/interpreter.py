@@ -389,7 +389,8 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     moves    [m, 4]  adjoint row (-1: the source is unreached, its gradient is zero), size, arena offset (-1: the
                      gradient stays in the adjoint rows, for the caller), source slot (its gradient is zero too
                      when the sweep never wrote it)
-    adjoint  [r, 1]  one buffer serving every step (r >= each step's rows)
+    adjoint  [r, K]  one buffer serving every step (r >= each step's rows); K = 1: gradients, the target's
+                     entries seeded with ones; K > 1: one step, a Jacobian, the target seeded with the identity
     guards   [g, 3]  arena offset, size, offset in `expected` of the value the trace computed (NaN equals NaN)
     fused, places, scratch   the fused groups of a run layout (jitape_kernels.layout; fused all 0: none)
     """
@@ -400,7 +401,12 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
         written[:] = False
         seed = steps[s, 3]
         if seed >= 0:
-            adjoint[seed:seed + steps[s, 4]] = 1
+            if adjoint.shape[1] == 1:       # a gradient (of the target's entries summed)
+                adjoint[seed:seed + steps[s, 4]] = 1
+            else:                           # a Jacobian: column i seeds the target's entry i
+                adjoint[seed:seed + steps[s, 4]] = 0
+                for i in range(min(steps[s, 4], adjoint.shape[1])):
+                    adjoint[seed + i, i] = 1
             written[steps[s, 7]] = True
             reverse_sweep(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written)
         for m in range(steps[s, 5], steps[s, 6]):
