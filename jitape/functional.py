@@ -181,11 +181,12 @@ def value_and_grad(f, argnums=0, has_aux=False):
         if target < 0:
             found = [None] * len(call.sources)
         elif call.concrete.ran == purpose:
-            found = call.concrete.gradients(purpose, [t.dtype for t, _ in call.sources])
+            found = call.concrete.gradients(purpose)
         else:
             seed = np.ones((1, 1), call.concrete.dtype)
             found = source_gradients(call.program(target), [seed], [t for t, _ in call.sources])
-            call.concrete.bind_gradient(purpose, target, [slot for _, slot in call.sources], fn.backend)
+            call.concrete.bind_gradient(purpose, target, [slot for _, slot in call.sources],
+                                        [t.dtype for t, _ in call.sources], fn.backend)
         return call.outputs, call.pack(found, many, lambda t: t.shape)
 
     return value_and_grad_f
@@ -255,13 +256,13 @@ def jacobian(f, argnums=0):
         if target < 0:
             found = [None] * len(sources)
         elif call.concrete.ran == purpose:
-            found = call.concrete.gradients(purpose, [t.dtype for t in sources])
+            found = call.concrete.gradients(purpose)
         else:
             program = call.program(target)
             found = source_jacobians(program, out.size, sources)
             if one_reverse_sweep(program, out.size, sources):
-                call.concrete.bind_gradient(purpose, target, [slot for _, slot in call.sources], fn.backend,
-                                            columns=out.size)
+                call.concrete.bind_gradient(purpose, target, [slot for _, slot in call.sources],
+                                            [t.dtype for t in sources], fn.backend, columns=out.size)
         return call.pack(found, many, lambda t: out.shape + t.shape)
 
     return jacobian_f

@@ -261,7 +261,7 @@ class Concrete:
         self._single_output = isinstance(self.structure, (Tensor, np.ndarray)) and len(self._output_spans) == 1
         self._holds = self.variables_hold if self.variable_guards else None
         self._replayers = {}    # backend name (or (name, purpose): see bind_gradient) -> a replay bound to arrays
-        self._gradient_rows = {}    # purpose -> (its adjoint buffer, (adjoint row, size) per source)
+        self._gradient_rows = {}    # purpose -> (its adjoint buffer, (adjoint row, size, dtype) per source)
         self.ran = None
         self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
 
@@ -316,11 +316,11 @@ class Concrete:
             self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch)
         return replay
 
-    def bind_gradient(self, purpose, target, sources, backend_name=None, columns=1):
+    def bind_gradient(self, purpose, target, sources, dtypes, backend_name=None, columns=1):
         """Bind, as `purpose`, a replay that ends with the reverse sweep of `target` w.r.t. `sources` (slots; -1:
         f never reads it) as one more gradient step, its results left in its adjoint rows: a jt.grad (columns
         1, a scalar target) or jt.jacobian (columns = the target's size) call is then one compiled call.
-        gradients(purpose) reads them."""
+        gradients(purpose) reads them, as arrays of `dtypes` (one per source: the variant fixes them)."""
         if columns > 1 and self.gradient_steps:
             raise ValueError("Concrete.bind_gradient: a Jacobian step needs a variant without gradient steps")
         program = self.program([target], sources)
@@ -335,14 +335,14 @@ class Concrete:
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, np.vstack([self._steps, [step]]),
             np.vstack([self._step_code, program.code]), np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]),
             adjoint, self._guards, self._expected, self._fused, self._places, self._scratch)
-        self._gradient_rows[purpose] = (adjoint, [(row, int(self.slots[s, oc.SIZE])) for row, s in zip(rows, sources)])
+        self._gradient_rows[purpose] = (adjoint, [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
+                                                  for row, s, dtype in zip(rows, sources, dtypes)])
 
-    def gradients(self, purpose, dtypes):
+    def gradients(self, purpose):
         """What the last run took as `purpose` (see bind_gradient): per source, a new [columns, size] array of
-        its dtype in `dtypes` (None: the source is unreached)."""
+        its dtype (None: the source is unreached)."""
         adjoint, rows = self._gradient_rows[purpose]
-        return [None if row < 0 else adjoint[row:row + size].T.astype(dtype)
-                for (row, size), dtype in zip(rows, dtypes)]
+        return [None if row < 0 else adjoint[row:row + size].T.astype(dtype) for row, size, dtype in rows]
 
     def failed_guard(self):
         """The description of the first guard the last run broke."""
