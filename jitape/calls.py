@@ -87,17 +87,17 @@ def _record(tape, concrete, inputs, out_leaves, vjps):
     rows[:, 0], rows[:, 1] = slots[fresh, oc.SIZE], slots[fresh, oc.RANK]
     rows[:, 2] = concrete.dtype.itemsize == 8
     rows[:, 3:] = slots[fresh, oc.DIMS:]
-    tape._slot_rows.frombytes(rows.tobytes())
+    tape._slot_rows += rows.tobytes()
     instructions = code[:, [oc.OP, oc.OUT, oc.IN0, oc.IN1, oc.IN2, oc.ATTR]]
     instructions[:, 1:5] = mapping[instructions[:, 1:5]]
     has_attr = instructions[:, 5] >= 0
     iattr = concrete.iattr.copy()
     # a float attribute's block holds its fattr index first: the call's floats follow the tape's
     iattr[np.unique(code[has_attr & (_FLOAT_COUNT[code[:, oc.OP]] > 0), oc.ATTR])] += len(tape._fattr)
-    instructions[has_attr, 5] += len(tape._iattr)
-    tape._iattr.frombytes(iattr.tobytes())
+    instructions[has_attr, 5] += len(tape._iattr) // 8     # the tape's attributes are packed int64
+    tape._iattr += iattr.tobytes()
     tape._fattr.frombytes(concrete.fattr.tobytes())
-    tape._rows.frombytes(instructions.tobytes())
+    tape._rows += instructions.tobytes()
     snapshots = _snapshots([t for _, t in inputs])
     for entry, out, vjp in zip(concrete.outputs, out_leaves, vjps):
         if entry[0] == "slot" and isinstance(out, Tensor):

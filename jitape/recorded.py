@@ -166,9 +166,9 @@ def recording_of_gradient(tape, target, source):
     """
     copy = type(tape)(persistent=True, watch_accessed_variables=False)
     copy._records = tape._records[:]
-    copy._rows = array("q", tape._rows)
-    copy._slot_rows = array("q", tape._slot_rows)
-    copy._iattr = array("q", tape._iattr)
+    copy._rows = bytearray(tape._rows)
+    copy._slot_rows = bytearray(tape._slot_rows)
+    copy._iattr = bytearray(tape._iattr)
     copy._fattr = array("d", tape._fattr)
     copy._values = tape._values[:]
     copy._slot_of = dict(tape._slot_of)

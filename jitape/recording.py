@@ -7,6 +7,7 @@ lower to a Program without any Python per op (program.py).
 """
 import functools
 import math
+import struct
 import threading
 import warnings
 from array import array
@@ -18,18 +19,35 @@ from . import nest
 from .tensor import Tensor, Variable, VariableRead
 
 _PAD = tuple((1,) * (oc.MAXRANK - r) for r in range(oc.MAXRANK + 1))
+# Rows are appended as packed bytes: bytearray.extend(bytes) costs a tenth of array.extend(tuple), and the
+# lowering reads the bytearrays as int64 arrays without a copy.
+_pack_row = struct.Struct("6q").pack        # op, out, in0, in1, in2, attr
+_SLOT_ROW = struct.Struct(f"{3 + oc.MAXRANK}q")
+
+
+_pack_int = struct.Struct("q").pack
+
+
+@functools.lru_cache(maxsize=4096)
+def packed_attributes(iblock):
+    """An integer attribute block as packed int64 bytes (blocks repeat: a loop records the same windows)."""
+    return array("q", iblock).tobytes()
+
+
+# the packed rows of shapes recorded so far, by is_float64: a dict lookup, not a call (the hot path)
+_slot_rows_by_shape = ({}, {})
 
 
 @functools.lru_cache(maxsize=1024)
 def _slot_row(shape, is_float64):
-    """The recorded slot row of a value: size, rank, is_float64, dims padded with ones."""
+    """The recorded slot row of a value, packed: size, rank, is_float64, dims padded with ones."""
     rank = len(shape)
     if rank > oc.MAXRANK:
         raise ValueError(f"jitape records tensors of rank at most {oc.MAXRANK}, got shape {shape}")
-    return (math.prod(shape), rank, is_float64) + shape + _PAD[rank]
-
-
-_SCALAR_ROWS = (_slot_row((), False), _slot_row((), True))   # 0-d values (scalar chains) skip the cache lookup
+    row = _SLOT_ROW.pack(math.prod(shape), rank, is_float64, *shape, *_PAD[rank])
+    if len(_slot_rows_by_shape[is_float64]) < 1024:
+        _slot_rows_by_shape[is_float64][shape] = row
+    return row
 
 
 class _State(threading.local):
@@ -59,9 +77,9 @@ class Recording:
 
     def _clear(self):
         self._records = []              # (primitive, inputs, output, params) for Python VJPs
-        self._rows = array("q")         # 6 ints per instruction: op, out, in0, in1, in2, attr
-        self._slot_rows = array("q")    # 3 + MAXRANK ints per slot: size, rank, is_float64, dims
-        self._iattr = array("q")
+        self._rows = bytearray()        # 6 int64 per instruction: op, out, in0, in1, in2, attr
+        self._slot_rows = bytearray()   # 3 + MAXRANK int64 per slot: size, rank, is_float64, dims
+        self._iattr = bytearray()       # int64
         self._fattr = array("d")
         self._values = []               # recorded value of each slot
         self._slot_of = {}              # tensor id -> slot
@@ -154,42 +172,68 @@ class Recording:
     def _new_slot(self, t):
         v = t._value
         shape = v.shape
-        is_float64 = v.dtype.itemsize == 8
-        row = _SCALAR_ROWS[is_float64] if shape == () else _slot_row(shape, is_float64)   # may raise: before any change
+        row = _slot_rows_by_shape[v.itemsize == 8].get(shape) or _slot_row(shape, v.itemsize == 8)  # may raise
         slot = len(self._values)
         self._values.append(v)
-        self._slot_rows.extend(row)
+        self._slot_rows += row
         self._slot_of[t._id] = slot
         return slot
 
     def _attr(self, iblock, fblock):
+        """Append an op's attribute block (`iblock`: ints, or ints packed by `packed_attributes`; `fblock`:
+        floats, whose position leads the int block); its position in the int attributes, or -1."""
+        if type(iblock) is not bytes:
+            iblock = packed_attributes(iblock)
         if fblock:
-            iblock = (len(self._fattr),) + iblock
+            iblock = _pack_int(len(self._fattr)) + iblock
             self._fattr.extend(fblock)
         if not iblock:
             return -1
-        start = len(self._iattr)
-        self._iattr.extend(iblock)
+        start = len(self._iattr) >> 3
+        self._iattr += iblock
         return start
 
+    def _add_row(self, opcode, out, in0, in1, in2, attr):
+        self._rows += _pack_row(opcode, out, in0, in1, in2, attr)
+
     def _record(self, prim, inputs, out, params, opcode, iblock, fblock):
-        # the hot path of eager recording: known slots looked up inline, outputs always get a new slot
-        if not self._connected(inputs):
+        # the hot path of eager recording, in one function: whether an input is tracked, and known slots,
+        # looked up inline; outputs always get a new slot
+        tracked = self._tracked
+        connected = False
+        for t in inputs:
+            if t._is_variable:      # _connected watches a variable if the tape watches what it reads
+                connected = self._connected(inputs)
+                break
+            if t._id in tracked:
+                connected = True
+        if not connected:
             return
-        get = self._slot_of.get
+        slot_of = self._slot_of
         ins = [-1, -1, -1]
         reads_variable = False
-        for i, t in enumerate(inputs):
+        i = 0
+        for t in inputs:
+            slot = slot_of.get(t._id)
             if t._is_variable:
                 reads_variable = True
-                ins[i] = self._slot(t)
-            else:
-                slot = get(t._id)
-                ins[i] = self._new_slot(t) if slot is None else slot
+                slot = self._slot(t)
+            elif slot is None:
+                slot = self._new_slot(t)
+            ins[i] = slot
+            i += 1
         attr = self._attr(iblock, fblock) if iblock or fblock else -1
-        self._rows.extend((opcode, self._new_slot(out), ins[0], ins[1], ins[2], attr))
+        # the output's new slot: _new_slot, inline
+        v = out._value
+        shape = v.shape
+        row = _slot_rows_by_shape[v.itemsize == 8].get(shape) or _slot_row(shape, v.itemsize == 8)  # may raise
+        out_slot = len(self._values)
+        self._values.append(v)
+        self._slot_rows += row
+        slot_of[out._id] = out_slot
+        self._rows += _pack_row(opcode, out_slot, ins[0], ins[1], ins[2], attr)
         self._records.append((prim, _snapshots(inputs) if reads_variable else inputs, out, params))
-        self._tracked.add(out._id)
+        tracked.add(out._id)
 
     def _record_rows(self, prim, inputs, out, params, rows):
         """Record one op lowered to several rows: `rows` is ((opcode, input positions, iblock), ...)."""
@@ -199,7 +243,7 @@ class Recording:
         out_slot = self._slot(out)
         for opcode, positions, iblock in rows:
             ins = [slots[p] for p in positions] + [-1] * (3 - len(positions))
-            self._rows.extend((opcode, out_slot, ins[0], ins[1], ins[2], self._attr(iblock, ())))
+            self._add_row(opcode, out_slot, ins[0], ins[1], ins[2], self._attr(iblock, ()))
         self._records.append((prim, _snapshots(inputs), out, params))
         self._tracked.add(out._id)
 

@@ -94,7 +94,7 @@ class _Trace(GradientTape):
             if g is not None:
                 source_slot = self._slot(source)
                 self._tracked.add(g._id)
-                self._rows.extend((GRADIENT_STEP, self._new_slot(g), target_slot, source_slot, -1, -1))
+                self._add_row(GRADIENT_STEP, self._new_slot(g), target_slot, source_slot, -1, -1)
 
 
 def _leaf_key(leaf):

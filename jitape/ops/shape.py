@@ -12,6 +12,7 @@ import numpy as np
 
 from jitape_kernels import opcodes as oc
 
+from ..recording import _state, packed_attributes
 from ..tensor import Tensor
 from . import linalg as _linalg
 from . import reduction as _reduction
@@ -419,17 +420,22 @@ def _batched_gather(x, idx, axis, batch_dims):
 # -- indexing (Tensor.__getitem__) -----------------------------------------------------------
 def getitem(x, key):
     """numpy indexing: ints, slices, Ellipsis, None, and one integer or boolean array index."""
-    basic = _basic_window(x, key)
-    if basic is not None:       # ints and slices only (the common subscript): one SLICE, its value numpy's
-        starts, steps, window, out_shape = basic
-        if out_shape == x.shape and not any(starts) and all(step == 1 for step in steps):
-            return x
-        value = x._value[key]       # an array, or a numpy scalar when every axis took an int
+    kind = type(key)
+    if kind is int or kind is builtins.slice or kind is tuple and _ints_and_slices(key) \
+            or isinstance(key, np.integer):
+        # ints and slices (the common subscript): numpy's result (numpy raises its IndexError), recorded as
+        # one SLICE
+        v = x._value
+        value = v[key]          # an array, or a numpy scalar when every axis took an int
         if type(value) is np.ndarray:
             value = np.ascontiguousarray(value)
-        if x._value.dtype.kind != "f":
+        if not _state.recording or v.dtype.kind != "f":
             return Tensor(value)
-        return _emit_slice(x, starts, steps, window, out_shape, value)
+        window = _recorded_window(v.shape, key)
+        if window is None:      # the whole of x
+            return x
+        params, iblock = window
+        return emit(_strided_slice, (x,), value, params, iblock)
     key = key if isinstance(key, tuple) else (key,)
     key = tuple(constant_value(k, "a tensor index") if isinstance(k, Tensor) else k for k in key)
     probe = np.broadcast_to(np.empty((), np.bool_), x.shape)
@@ -478,25 +484,67 @@ def getitem(x, key):
     return reshape(y, out_shape)
 
 
-def _basic_window(x, key):
-    """(starts, steps, window, output shape) of a subscript of in-range ints and slices, at most one per axis;
-    None for any other (the general path indexes it, or raises numpy's error)."""
-    shape = x._value.shape
+def _ints_and_slices(key):
+    for k in key:
+        if type(k) is not int and type(k) is not builtins.slice and not isinstance(k, np.integer):
+            return False
+    return True
+
+
+_recorded_windows = {}     # (shape, subscript of ints and slices of ints) -> its SLICE's params and attributes
+
+
+def _recorded_window(shape, key):
+    """The SLICE params and attribute block of x[key] (key: ints and slices, in range; numpy checked it), or
+    None when the window is the whole of x; cached where the key's parts are plain ints (a slice bound may be
+    a Tensor, whose `__index__` a trace must see)."""
+    parts = key if type(key) is int else _plain_parts(key) if type(key) is tuple else _plain_part(key)
+    cached = _recorded_windows.get((shape, parts)) if parts is not None else None
+    if cached is not None:
+        return cached[0]
+    starts, steps, window, out_shape = _basic_window_of(shape, key)
+    if out_shape == shape and not any(starts) and all(step == 1 for step in steps):
+        found = None
+    else:
+        found = ((starts, steps, window, out_shape),
+                 packed_attributes(_window_attributes(shape, window, starts, steps)))
+    if parts is not None and len(_recorded_windows) < 4096:
+        _recorded_windows[(shape, parts)] = (found,)
+    return found
+
+
+def _plain_part(k):
+    if type(k) is not builtins.slice:
+        return int(k)
+    start, stop, step = k.start, k.stop, k.step
+    if (start is None or type(start) is int) and (stop is None or type(stop) is int) \
+            and (step is None or type(step) is int):
+        return (start, stop, step)
+    return None
+
+
+def _plain_parts(key):
+    parts = []
+    for k in key:
+        part = _plain_part(k)
+        if part is None:
+            return None
+        parts.append(part)
+    return tuple(parts)
+
+
+def _basic_window_of(shape, key):
+    """(starts, steps, window, output shape) of a subscript of in-range ints and slices, at most one per axis
+    (numpy checked it)."""
     key = key if type(key) is tuple else (key,)
-    if len(key) > len(shape):
-        return None
     starts, steps, window, out_shape = [], [], [], []
     for k, n in zip(key, shape):
-        if type(k) is int or isinstance(k, np.integer):
-            if not -n <= k < n:
-                return None
-            starts.append(k % n), steps.append(1), window.append(1)
-        elif type(k) is builtins.slice:
+        if type(k) is builtins.slice:
             start, stop, step = k.indices(n)
             count = len(range(start, stop, step))
             starts.append(start), steps.append(step), window.append(count), out_shape.append(count)
         else:
-            return None
+            starts.append(int(k) % n), steps.append(1), window.append(1)
     rest = shape[len(key):]
     return (tuple(starts) + (0,) * len(rest), tuple(steps) + (1,) * len(rest), tuple(window) + rest,
             tuple(out_shape) + rest)
