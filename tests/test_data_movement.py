@@ -1,6 +1,7 @@
-"""TRANSPOSE, SLICE and PAD on both kernel paths (runs along a contiguous last axis, and index maps), and
-MAX/MIN's eight-lane forward, against numpy: replayed values, gradients (K = 1) and Jacobians (K columns),
-for last axes shorter and longer than a run."""
+"""TRANSPOSE, SLICE and PAD on both kernel paths (runs along a contiguous last axis, and index maps),
+broadcasts (a scalar's, short rows', long rows') and reductions over contiguous and strided axes on their
+K = 1 and K-column paths, and MAX/MIN's eight-lane forward, against numpy: replayed values, gradients
+(K = 1) and Jacobians (K columns), for last axes shorter and longer than a run."""
 import numpy as np
 import pytest
 
@@ -44,6 +45,56 @@ def test_moves_on_every_path(name, op, reference, last):
     grad = jt.grad(lambda v: jt.reduce_sum(op(v) * weights))
     grad(x)
     np.testing.assert_array_equal(grad(x).numpy(), np.tensordot(weights, jacobian, weights.ndim))
+
+
+SUMMED = [
+    ("broadcast of a scalar", lambda t: jt.broadcast_to(t[1, 2, 0], (6, t.shape[2])),
+     lambda a: np.broadcast_to(a[1, 2, 0], (6, a.shape[2]))),
+    ("broadcast of a row", lambda t: jt.broadcast_to(t[0, 1:2], (5, 2, t.shape[2])),
+     lambda a: np.broadcast_to(a[0, 1:2], (5, 2, a.shape[2]))),
+    ("sum over the last axis", lambda t: jt.reduce_sum(t, axis=2), lambda a: np.sum(a, axis=2)),
+    ("sum over a middle axis", lambda t: jt.reduce_sum(t, axis=1), lambda a: np.sum(a, axis=1)),
+    ("sum of everything", lambda t: jt.reduce_sum(t), lambda a: np.sum(a)),
+    ("max over the last axis", lambda t: jt.reduce_max(t, axis=2), lambda a: np.max(a, axis=2)),
+    ("max over a middle axis", lambda t: jt.reduce_max(t, axis=1), lambda a: np.max(a, axis=1)),
+]
+
+
+@pytest.mark.parametrize("last", [1, 3, 8, 20, 3000])
+@pytest.mark.parametrize("name,op,reference", SUMMED, ids=[c[0] for c in SUMMED])
+def test_broadcasts_and_reductions_on_every_path(name, op, reference, last):
+    rng = np.random.default_rng(last)
+    a = rng.standard_normal((3, 4, last))
+    a[1, 2, -1] = a[1, 2, 0]        # a tied maximum is possible: its cotangent is split
+    x = jt.constant(a)
+    expected = reference(a)
+    weights = rng.standard_normal(np.shape(expected))
+    replayed = jt.function(op)
+    replayed(x)
+    np.testing.assert_array_equal(replayed(x).numpy(), expected)
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = op(x)
+        total = jt.reduce_sum(y * weights)
+    # the Python VJPs on a nested tape are the reference of the compiled sweeps
+    with jt.GradientTape() as outer:
+        outer.watch(x)
+        with jt.GradientTape() as inner:
+            inner.watch(x)
+            recorded_total = jt.reduce_sum(op(x) * weights)
+        recorded = inner.gradient(recorded_total, x)
+    np.testing.assert_allclose(tape.gradient(total, x).numpy(), recorded.numpy(), rtol=1e-13, atol=1e-13)
+    grad = jt.grad(lambda v: jt.reduce_sum(op(v) * weights))
+    grad(x)
+    np.testing.assert_allclose(grad(x).numpy(), recorded.numpy(), rtol=1e-13, atol=1e-13)
+    if a.size <= 300:
+        jacobian = tape.jacobian(y, x).numpy()
+        np.testing.assert_allclose(np.tensordot(weights, jacobian, np.ndim(expected)), recorded.numpy(),
+                                   rtol=1e-13, atol=1e-13)
+        program = execute.lowered(tape, [y], [x])
+        for mode in ("forward", "reverse"):
+            (found,) = execute.source_jacobians(program, y.size, [x], mode)
+            np.testing.assert_allclose(found.reshape(jacobian.shape), jacobian, rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("reduce,reference", [(jt.reduce_max, np.max), (jt.reduce_min, np.min)], ids=["max", "min"])

@@ -402,6 +402,12 @@ def unary_reverse_1d(op, x, y, g_out, g_in, p0, p1, assign):
     elif op == oc.SIGMOID:
         for i in range(n):
             _put(g_in, i, g_out[i] * (y[i] * (1 - y[i])), assign)
+    elif op == oc.LOG:          # unary_derivative's rules, in float64 as there: the same numbers, vectorised
+        for i in range(n):
+            _put(g_in, i, g_out[i] * (1 / float(x[i])), assign)
+    elif op == oc.SQRT:
+        for i in range(n):
+            _put(g_in, i, g_out[i] * (0.5 / float(y[i])), assign)
     else:
         for i in range(n):
             _put(g_in, i, g_out[i] * unary_derivative(op, x[i], y[i], p0, p1), assign)
@@ -601,6 +607,13 @@ def binary_reverse_1d(op, a, b, y, g_out, g_a, g_b, want_a, want_b, assign_a, as
         if want_b:
             for i in range(n):
                 _put(g_b, i, g_out[i] * a[i], assign_b)
+    elif op == oc.DIV:          # binary_partials' rules, in float64 as there: the same numbers, vectorised
+        if want_a:
+            for i in range(n):
+                _put(g_a, i, g_out[i] * (1 / float(b[i])), assign_a)
+        if want_b:
+            for i in range(n):
+                _put(g_b, i, g_out[i] * (-float(y[i]) / float(b[i])), assign_b)
     else:
         for i in range(n):
             da, db = binary_partials(op, a[i], b[i], y[i])

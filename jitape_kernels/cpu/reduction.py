@@ -84,32 +84,42 @@ def _extremum(x, start, n, largest):
 @njit(cache=True, error_model="numpy")
 def pairwise_sum(x, start, n):
     """x[start:start + n] summed as numpy sums a contiguous axis (pairwise halves down to blocks of at most
-    128, eight running sums in a block; numpy/_core/src/umath/loops_utils.h.src)."""
+    128, eight running sums in a block; numpy/_core/src/umath/loops_utils.h.src). Recursive, and numba's
+    cache of a recursive function's callers is fragile (numba issue 6061: calling it from a kernel of
+    another module segfaulted once loaded from the cache), so only _sum_forward calls it; other kernels sum
+    with lane_sum."""
+    if n <= 128:
+        return lane_sum(x, start, n)
+    half = n // 2
+    half -= half % 8
+    return pairwise_sum(x, start, half) + pairwise_sum(x, start + half, n - half)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def lane_sum(x, start, n):
+    """x[start:start + n] in eight running sums (vectorised), added pairwise at the end: numpy's order for
+    n <= 128 (a block of pairwise_sum)."""
     if n < 8:
         total = x.dtype.type(0)
         for i in range(start, start + n):
             total += x[i]
         return total
-    if n <= 128:
-        r0, r1, r2, r3 = x[start], x[start + 1], x[start + 2], x[start + 3]
-        r4, r5, r6, r7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
-        stop = start + n - n % 8
-        for i in range(start + 8, stop, 8):
-            r0 += x[i]
-            r1 += x[i + 1]
-            r2 += x[i + 2]
-            r3 += x[i + 3]
-            r4 += x[i + 4]
-            r5 += x[i + 5]
-            r6 += x[i + 6]
-            r7 += x[i + 7]
-        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for i in range(stop, start + n):
-            total += x[i]
-        return total
-    half = n // 2
-    half -= half % 8
-    return pairwise_sum(x, start, half) + pairwise_sum(x, start + half, n - half)
+    r0, r1, r2, r3 = x[start], x[start + 1], x[start + 2], x[start + 3]
+    r4, r5, r6, r7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
+    stop = start + n - n % 8
+    for i in range(start + 8, stop, 8):
+        r0 += x[i]
+        r1 += x[i + 1]
+        r2 += x[i + 2]
+        r3 += x[i + 3]
+        r4 += x[i + 4]
+        r5 += x[i + 5]
+        r6 += x[i + 6]
+        r7 += x[i + 7]
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for i in range(stop, start + n):
+        total += x[i]
+    return total
 
 
 @njit(cache=True, error_model="numpy")
@@ -139,8 +149,12 @@ def _ties(x, extremum, base, n, inner):
     """How many of the entries x[base + a * inner] equal their extremum (at least 1, so a NaN extremum, which
     nothing equals, divides by 1): TensorFlow splits a MAX/MIN cotangent evenly between tied extrema."""
     ties = 0
-    for a in range(n):
-        ties += x[base + a * inner] == extremum
+    if inner == 1:          # contiguous: a loop LLVM vectorises
+        for e in range(base, base + n):
+            ties += x[e] == extremum
+    else:
+        for a in range(n):
+            ties += x[base + a * inner] == extremum
     return max(ties, 1)
 
 
@@ -184,9 +198,13 @@ def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign):
             r = o * inner + i
             extremum = y[r]
             share = g_out[r] / _ties(x, extremum, base, n, inner)
-            for a in range(n):
-                e = base + a * inner
-                _put(g_in, e, share if x[e] == extremum else zero, assign)
+            if inner == 1:          # contiguous: a loop LLVM vectorises
+                for e in range(base, base + n):
+                    _put(g_in, e, share if x[e] == extremum else zero, assign)
+            else:
+                for a in range(n):
+                    e = base + a * inner
+                    _put(g_in, e, share if x[e] == extremum else zero, assign)
 
 
 @njit(cache=True, error_model="numpy")
@@ -194,6 +212,17 @@ def _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign):
     """SUM's Jacobian is all ones: out += sum of in (tangents) or, transposed, in += out broadcast
     (cotangents), with no partials computed; K = 1 gets its own loops, so no column loop runs per entry."""
     K = out_rows.shape[1]
+    if K == 1 and inner == 1:       # contiguous rows of one column: flat loops (vectorised), eight-lane sums
+        out_flat = out_rows.reshape(out_rows.size)
+        in_flat = in_rows.reshape(in_rows.size)
+        for o in range(outer):
+            if transpose:
+                g = out_flat[o]
+                for e in range(o * n, o * n + n):
+                    _put(in_flat, e, g, assign)
+            else:
+                out_flat[o] += lane_sum(in_flat, o * n, n)
+        return
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i

@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
+from .reduction import lane_sum
 
 
 @njit(cache=True, error_model="numpy")
@@ -241,13 +242,24 @@ def _scatter_add(m, src, dst):
 @njit(cache=True, error_model="numpy")
 def _repeat_add(repeated, single, into_repeated):
     """Between a flat buffer and its repeats (a leading broadcast): repeated[j*n + e] += single[e]
-    (into_repeated), else single[e] += repeated[j*n + e]; element loops, no views per repeat."""
+    (into_repeated), else single[e] += repeated[j*n + e]; element loops, no views per repeat. A scalar's
+    repeats are summed in eight lanes, short rows' in a register each: summed into single[e] in memory, the
+    loop is a chain of loads and stores."""
     n = single.size
-    for start in range(0, repeated.size, n):
-        if into_repeated:
+    if into_repeated:
+        for start in range(0, repeated.size, n):
             for e in range(n):
                 repeated[start + e] += single[e]
-        else:
+    elif n == 1:
+        single[0] += lane_sum(repeated, 0, repeated.size)
+    elif n < 8:
+        for e in range(n):
+            total = single.dtype.type(0)
+            for j in range(e, repeated.size, n):
+                total += repeated[j]
+            single[e] += total
+    else:
+        for start in range(0, repeated.size, n):
             for e in range(n):
                 single[e] += repeated[start + e]
 
