@@ -4,7 +4,12 @@ eager (requires_grad) and TensorFlow eager (GradientTape). Each timed call recor
 the median is reported per op. float32, x of shape (8, 4).
 
 Run: python perf/records.py [--profile]
+     python perf/records.py --interleaved [ROUNDS]   best of ROUNDS per row, the rows run round robin (jitape
+                                                     recorded, torch): on a noisy machine, ratios of one phase
 """
+import sys
+import time
+
 import harness
 import numpy as np
 
@@ -60,5 +65,38 @@ def tables():
     return [table]
 
 
+def interleaved(rounds):
+    """Best time per op of each recorded row, jitape and torch taking turns in every round."""
+    import jitape as jt
+    import torch
+    x, y = jt.constant(X), jt.constant(Y)
+    tx, ty = torch.tensor(X, requires_grad=True), torch.tensor(Y)
+    rows = {}
+    for name, op in CASES.items():
+        run = _repeated(op, x, y)
+
+        def recorded(run=run):
+            with jt.GradientTape() as tape:
+                tape.watch(x)
+                return run()
+        rows[f"jitape {name}"] = recorded
+        rows[f"torch {name}"] = _repeated(op, tx, ty)
+    best = dict.fromkeys(rows, float("inf"))
+    for _ in range(rounds):
+        for row, fn in rows.items():
+            start = time.perf_counter()
+            fn()
+            best[row] = min(best[row], time.perf_counter() - start)
+    print(f"| recorded op | jitape ns | torch ns | jitape / torch |  (best of {rounds} interleaved rounds)")
+    print("|---|---:|---:|---:|")
+    for name in CASES:
+        j, t = best[f"jitape {name}"] / OPS * 1e9, best[f"torch {name}"] / OPS * 1e9
+        print(f"| {name} | {j:.0f} | {t:.0f} | {j / t:.2f} |")
+
+
 if __name__ == "__main__":
-    harness.main(tables)
+    if "--interleaved" in sys.argv:
+        position = sys.argv.index("--interleaved")
+        interleaved(int(sys.argv[position + 1]) if len(sys.argv) > position + 1 else 300)
+    else:
+        harness.main(tables)
