@@ -22,10 +22,8 @@ _PAD = tuple((1,) * (oc.MAXRANK - r) for r in range(oc.MAXRANK + 1))
 # Rows are appended as packed bytes: bytearray.extend(bytes) costs a tenth of array.extend(tuple), and the
 # lowering reads the bytearrays as int64 arrays without a copy.
 _pack_row = struct.Struct("6q").pack        # op, out, in0, in1, in2, attr
-_SLOT_ROW = struct.Struct(f"{3 + oc.MAXRANK}q")
-
-
 _pack_int = struct.Struct("q").pack
+_SLOT_ROW = struct.Struct(f"{3 + oc.MAXRANK}q")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -34,18 +32,17 @@ def packed_attributes(iblock):
     return array("q", iblock).tobytes()
 
 
-# the packed rows of shapes recorded so far, by is_float64: a dict lookup, not a call (the hot path)
+# the packed slot rows of (up to 4,096) shapes recorded so far, by is_float64: a dict lookup in the hot path
 _slot_rows_by_shape = ({}, {})
 
 
-@functools.lru_cache(maxsize=1024)
 def _slot_row(shape, is_float64):
     """The recorded slot row of a value, packed: size, rank, is_float64, dims padded with ones."""
     rank = len(shape)
     if rank > oc.MAXRANK:
         raise ValueError(f"jitape records tensors of rank at most {oc.MAXRANK}, got shape {shape}")
     row = _SLOT_ROW.pack(math.prod(shape), rank, is_float64, *shape, *_PAD[rank])
-    if len(_slot_rows_by_shape[is_float64]) < 1024:
+    if len(_slot_rows_by_shape[is_float64]) < 4096:
         _slot_rows_by_shape[is_float64][shape] = row
     return row
 
@@ -197,8 +194,8 @@ class Recording:
         self._rows += _pack_row(opcode, out, in0, in1, in2, attr)
 
     def _record(self, prim, inputs, out, params, opcode, iblock, fblock):
-        # the hot path of eager recording, in one function: whether an input is tracked, and known slots,
-        # looked up inline; outputs always get a new slot
+        # the hot path of eager recording: whether an input is tracked, and known slots, looked up inline;
+        # outputs always get a new slot
         tracked = self._tracked
         connected = False
         for t in inputs:
@@ -223,15 +220,7 @@ class Recording:
             ins[i] = slot
             i += 1
         attr = self._attr(iblock, fblock) if iblock or fblock else -1
-        # the output's new slot: _new_slot, inline
-        v = out._value
-        shape = v.shape
-        row = _slot_rows_by_shape[v.itemsize == 8].get(shape) or _slot_row(shape, v.itemsize == 8)  # may raise
-        out_slot = len(self._values)
-        self._values.append(v)
-        self._slot_rows += row
-        slot_of[out._id] = out_slot
-        self._rows += _pack_row(opcode, out_slot, ins[0], ins[1], ins[2], attr)
+        self._rows += _pack_row(opcode, self._new_slot(out), ins[0], ins[1], ins[2], attr)
         self._records.append((prim, _snapshots(inputs) if reads_variable else inputs, out, params))
         tracked.add(out._id)
 

@@ -18,14 +18,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("last", [3, 7, 8, 20])
-@pytest.mark.parametrize("name,op,reference", CASES, ids=[c[0] for c in CASES])
-def test_moves_on_every_path(name, op, reference, last):
-    rng = np.random.default_rng(last)
-    a = rng.standard_normal((3, 4, last))
+def _replayed_and_recorded(op, reference, a, rng):
+    """Check op's replay against `reference` on a; then (x, expected, weights, persistent tape, y = op(x),
+    total = sum(y * weights)) for the derivative checks."""
     x = jt.constant(a)
     expected = reference(a)
-    weights = rng.standard_normal(expected.shape)
+    weights = rng.standard_normal(np.shape(expected))
     replayed = jt.function(op)
     replayed(x)
     np.testing.assert_array_equal(replayed(x).numpy(), expected)
@@ -33,6 +31,15 @@ def test_moves_on_every_path(name, op, reference, last):
         tape.watch(x)
         y = op(x)
         total = jt.reduce_sum(y * weights)
+    return x, expected, weights, tape, y, total
+
+
+@pytest.mark.parametrize("last", [3, 7, 8, 20])
+@pytest.mark.parametrize("name,op,reference", CASES, ids=[c[0] for c in CASES])
+def test_moves_on_every_path(name, op, reference, last):
+    rng = np.random.default_rng(last)
+    a = rng.standard_normal((3, 4, last))
+    x, expected, weights, tape, y, total = _replayed_and_recorded(op, reference, a, rng)
     # the map is linear: its gradient and its Jacobian (K columns) are exact
     jacobian = np.stack([reference(e.reshape(a.shape)) for e in np.eye(a.size)], axis=-1).reshape(
         expected.shape + a.shape)
@@ -66,16 +73,7 @@ def test_broadcasts_and_reductions_on_every_path(name, op, reference, last):
     rng = np.random.default_rng(last)
     a = rng.standard_normal((3, 4, last))
     a[1, 2, -1] = a[1, 2, 0]        # a tied maximum is possible: its cotangent is split
-    x = jt.constant(a)
-    expected = reference(a)
-    weights = rng.standard_normal(np.shape(expected))
-    replayed = jt.function(op)
-    replayed(x)
-    np.testing.assert_array_equal(replayed(x).numpy(), expected)
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        y = op(x)
-        total = jt.reduce_sum(y * weights)
+    x, expected, weights, tape, y, total = _replayed_and_recorded(op, reference, a, rng)
     # the Python VJPs on a nested tape are the reference of the compiled sweeps
     with jt.GradientTape() as outer:
         outer.watch(x)

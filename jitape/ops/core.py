@@ -89,11 +89,7 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
     out = Tensor(value)
     tapes = _state.recording
     if tapes:
-        if value.ndim > MAXRANK:
-            _refuse_rank(prim, inputs, value)
-        for t in inputs:        # a loop, not any(generator): this runs for every recorded op
-            if t._value.ndim > MAXRANK:
-                _refuse_rank(prim, inputs, value)
+        _check_recordable(prim, inputs, value)
         for tape in tapes:
             tape._record(prim, inputs, out, params, prim.opcode, iblock, fblock)
     return out
@@ -113,14 +109,14 @@ def emit_rows(prim, inputs, value, params, rows):
 def _check_recordable(prim, inputs, value):
     """Refuse, before any tape records anything, values a Program cannot hold: an op that raises leaves
     every tape as it was."""
-    if value.ndim > MAXRANK or any(t._value.ndim > MAXRANK for t in inputs):
-        _refuse_rank(prim, inputs, value)
-
-
-def _refuse_rank(prim, inputs, value):
-    shapes = [t.shape for t in inputs]
-    raise ValueError(f"{prim.name}: jitape records tensors of rank at most {MAXRANK}; inputs have shapes "
-                     f"{shapes} and the result has shape {value.shape}")
+    rank = value.ndim
+    for t in inputs:        # a loop, not max() or any(generator): this runs for every recorded op
+        if t._value.ndim > rank:
+            rank = t._value.ndim
+    if rank > MAXRANK:
+        shapes = [t.shape for t in inputs]
+        raise ValueError(f"{prim.name}: jitape records tensors of rank at most {MAXRANK}; inputs have shapes "
+                         f"{shapes} and the result has shape {value.shape}")
 
 
 # -- conversions ----------------------------------------------------------------------------
