@@ -1,7 +1,8 @@
-"""TRANSPOSE, SLICE and PAD on both kernel paths (runs along a contiguous last axis, and index maps),
-broadcasts (a scalar's, short rows', long rows') and reductions over contiguous and strided axes on their
-K = 1 and K-column paths, and MAX/MIN's eight-lane forward, against numpy: replayed values, gradients
-(K = 1) and Jacobians (K columns), for last axes shorter and longer than a run."""
+"""TRANSPOSE, SLICE and PAD on every kernel path (runs along a contiguous last axis, matrix transposes in
+tiles, and index maps), broadcasts (a scalar's, short rows', long rows', along a last or middle axis),
+reductions and running sums over contiguous and strided axes on their K = 1 and K-column paths, and MAX/MIN's
+eight-lane forward, against numpy: replayed values, gradients (K = 1) and Jacobians (K columns), for last axes
+shorter and longer than a run and than a transpose's tile."""
 import numpy as np
 import pytest
 
@@ -11,6 +12,10 @@ from jitape import execute
 CASES = [
     ("transpose keeps the last axis", lambda t: jt.transpose(t, (1, 0, 2)), lambda a: np.transpose(a, (1, 0, 2))),
     ("transpose moves the last axis", lambda t: jt.transpose(t, (2, 0, 1)), lambda a: np.transpose(a, (2, 0, 1))),
+    ("transpose swaps the last two", lambda t: jt.transpose(t, (0, 2, 1)), lambda a: np.transpose(a, (0, 2, 1))),
+    ("transpose reverses the axes", lambda t: jt.transpose(t, (2, 1, 0)), lambda a: np.transpose(a, (2, 1, 0))),
+    ("transpose over a unit axis", lambda t: jt.transpose(t[:, 1:2], (2, 1, 0)),
+     lambda a: np.transpose(a[:, 1:2], (2, 1, 0))),
     ("contiguous slice", lambda t: t[1:, ::2, 1:], lambda a: a[1:, ::2, 1:]),
     ("strided slice", lambda t: t[:, 1:, ::2], lambda a: a[:, 1:, ::2]),
     ("dropped axis", lambda t: t[1, :, 2:], lambda a: a[1, :, 2:]),
@@ -34,7 +39,7 @@ def _replayed_and_recorded(op, reference, a, rng):
     return x, expected, weights, tape, y, total
 
 
-@pytest.mark.parametrize("last", [3, 7, 8, 20])
+@pytest.mark.parametrize("last", [3, 7, 8, 20, 70])
 @pytest.mark.parametrize("name,op,reference", CASES, ids=[c[0] for c in CASES])
 def test_moves_on_every_path(name, op, reference, last):
     rng = np.random.default_rng(last)
@@ -59,11 +64,19 @@ SUMMED = [
      lambda a: np.broadcast_to(a[1, 2, 0], (6, a.shape[2]))),
     ("broadcast of a row", lambda t: jt.broadcast_to(t[0, 1:2], (5, 2, t.shape[2])),
      lambda a: np.broadcast_to(a[0, 1:2], (5, 2, a.shape[2]))),
+    ("broadcast of a column", lambda t: jt.broadcast_to(t[:, :, :1], (3, 4, 5)),
+     lambda a: np.broadcast_to(a[:, :, :1], (3, 4, 5))),
+    ("broadcast along a middle axis", lambda t: jt.broadcast_to(t[:, :1], t.shape), lambda a: np.broadcast_to(a[:, :1], a.shape)),
     ("sum over the last axis", lambda t: jt.reduce_sum(t, axis=2), lambda a: np.sum(a, axis=2)),
     ("sum over a middle axis", lambda t: jt.reduce_sum(t, axis=1), lambda a: np.sum(a, axis=1)),
     ("sum of everything", lambda t: jt.reduce_sum(t), lambda a: np.sum(a)),
     ("max over the last axis", lambda t: jt.reduce_max(t, axis=2), lambda a: np.max(a, axis=2)),
     ("max over a middle axis", lambda t: jt.reduce_max(t, axis=1), lambda a: np.max(a, axis=1)),
+    ("min over the first axis", lambda t: jt.reduce_min(t, axis=0), lambda a: np.min(a, axis=0)),
+    ("prod over a middle axis", lambda t: jt.reduce_prod(t, axis=1), lambda a: np.prod(a, axis=1)),
+    ("running sum over the last axis", lambda t: jt.cumsum(t, axis=2), lambda a: np.cumsum(a, axis=2)),
+    ("exclusive running sum from the end", lambda t: jt.cumsum(t, axis=1, exclusive=True, reverse=True),
+     lambda a: np.concatenate([np.cumsum(a[:, ::-1], axis=1)[:, -2::-1], np.zeros_like(a[:, :1])], axis=1)),
 ]
 
 

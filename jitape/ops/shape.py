@@ -112,8 +112,14 @@ def _tile_np(x, in_dims, reps):
     return np.tile(np.reshape(x, in_dims), reps)
 
 
+_BROADCAST_VIEWS_FROM = 1 << 15     # entries: below, a copy costs less than np.broadcast_to's ~2 us
+
+
 def _broadcast_np(x, shape):
-    # a fresh contiguous array: a fifth of np.broadcast_to's cost, and it packs into the arena as one block
+    # large: a read-only view (no pass over memory; the ops reading it broadcast as numpy does, and an arena
+    # copies it only where a derivative reads it); small: a fresh contiguous array, a fifth of the view's cost
+    if math.prod(shape) >= _BROADCAST_VIEWS_FROM:
+        return np.broadcast_to(x, shape)
     out = np.empty(shape, x.dtype)
     out[...] = x
     return out

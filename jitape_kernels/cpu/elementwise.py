@@ -11,7 +11,7 @@ import math
 from numba import njit
 
 from .. import opcodes as oc
-from .vectormath import exp_array, sigmoid_array, tanh_array
+from .vectormath import exp_array, log_array, sigmoid_array, tanh_array
 
 _TWO_OVER_SQRT_PI = 1.1283791670955126
 # B_2, B_4, ..., B_24: the Bernoulli numbers of the Euler-Maclaurin and asymptotic series below
@@ -320,7 +320,7 @@ def unary_second_derivative(op, x, y, p0, p1):
 
 @njit(cache=True, error_model="numpy")
 def unary_forward(op, x, out, p0, p1):
-    # the commonest ops as branch-free loops (they vectorise; exp, tanh and sigmoid by the rules of vectormath);
+    # the commonest ops as branch-free loops (they vectorise; exp, log, tanh and sigmoid by vectormath's rules);
     # the rest through unary_value's dispatch
     n = x.size
     if op == oc.COPY or op == oc.STOP_GRADIENT:
@@ -343,6 +343,8 @@ def unary_forward(op, x, out, p0, p1):
             out[i] = x[i] if x[i] > 0 else 0.0
     elif op == oc.EXP:
         exp_array(x, out)
+    elif op == oc.LOG:
+        log_array(x, out)
     elif op == oc.TANH:
         tanh_array(x, out)
     elif op == oc.SIGMOID:

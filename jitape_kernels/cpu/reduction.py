@@ -10,43 +10,45 @@ from .elementwise import _put
 
 @njit(cache=True, error_model="numpy")
 def reduce_forward(op, x, out, outer, n, inner):
+    # arrays reshaped to [outer, n, inner] and indexed from loop counters, never from computed offsets: numba
+    # wraps negative indices, and an offset LLVM cannot prove non-negative keeps a loop from vectorising
     if op == oc.SUM:
         _sum_forward(x, out, outer, n, inner)
-        return
-    if (op == oc.MAX or op == oc.MIN) and inner == 1:
-        for o in range(outer):
-            out[o] = _extremum(x, o * n, n, op == oc.MAX)
-        return
-    for o in range(outer):
-        for i in range(inner):
-            base = o * n * inner + i
-            if op == oc.PROD:
-                acc = 1.0
-                for a in range(n):
-                    acc *= x[base + a * inner]
-            else:
-                largest = op == oc.MAX
-                acc = -np.inf if largest else np.inf
-                for a in range(n):
-                    acc = _further(x[base + a * inner], acc, largest)
-            out[o * inner + i] = acc
+    elif op == oc.PROD:
+        _prod_across_rows(x.reshape(outer, n, inner), out.reshape(outer, inner))
+    elif inner == 1:
+        _extrema_of_rows(x.reshape(outer, n), out, op == oc.MAX)
+    else:
+        _extrema_across_rows(x.reshape(outer, n, inner), out.reshape(outer, inner), op == oc.MAX)
 
 
 @njit(cache=True, error_model="numpy")
 def _sum_forward(x, out, outer, n, inner):
     """Sums in the arena's dtype, in numpy's order, so a replayed sum equals numpy's bit for bit: pairwise
     along a contiguous axis, row after row (a vector loop) along an outer one."""
+    if inner == 1:
+        for o in range(outer):
+            out[o] = pairwise_sum(x, o * n, n)
+        return
+    x3 = x.reshape(outer, n, inner)
+    out2 = out.reshape(outer, inner)
     for o in range(outer):
-        base = o * n * inner
-        if inner == 1:
-            out[o] = pairwise_sum(x, base, n)
-            continue
-        row = out[o * inner:(o + 1) * inner]
-        row[:] = 0
+        for i in range(inner):
+            out2[o, i] = 0
         for a in range(n):
-            start = base + a * inner
             for i in range(inner):
-                row[i] += x[start + i]
+                out2[o, i] += x3[o, a, i]
+
+
+@njit(cache=True, error_model="numpy")
+def _prod_across_rows(x3, out2):
+    outer, n, inner = x3.shape
+    for o in range(outer):
+        for i in range(inner):
+            out2[o, i] = 1
+        for a in range(n):
+            for i in range(inner):
+                out2[o, i] *= x3[o, a, i]
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -55,30 +57,41 @@ def _further(value, best, largest):
     return value if ((value > best if largest else value < best) or value != value) else best
 
 
+LANES = 8      # running extrema per row: a vector register's worth, so the row loop vectorises
+
+
 @njit(cache=True, error_model="numpy")
-def _extremum(x, start, n, largest):
-    """The largest (smallest) of x[start:start + n], NaN if any is; eight independent running extrema."""
-    best = -np.inf if largest else np.inf
-    if n >= 8:
-        b0, b1, b2, b3 = x[start], x[start + 1], x[start + 2], x[start + 3]
-        b4, b5, b6, b7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
-        stop = start + n - n % 8
-        for i in range(start + 8, stop, 8):
-            b0 = _further(x[i], b0, largest)
-            b1 = _further(x[i + 1], b1, largest)
-            b2 = _further(x[i + 2], b2, largest)
-            b3 = _further(x[i + 3], b3, largest)
-            b4 = _further(x[i + 4], b4, largest)
-            b5 = _further(x[i + 5], b5, largest)
-            b6 = _further(x[i + 6], b6, largest)
-            b7 = _further(x[i + 7], b7, largest)
-        best = _further(b0, best, largest)
-        for b in (b1, b2, b3, b4, b5, b6, b7):
-            best = _further(b, best, largest)
-        start, n = stop, n % 8
-    for i in range(start, start + n):
-        best = _further(x[i], best, largest)
-    return best
+def _extrema_of_rows(x2, out, largest):
+    """out[o] = the largest (smallest) of row o, NaN if any entry is."""
+    outer, n = x2.shape
+    init = -np.inf if largest else np.inf
+    lanes = np.empty(LANES, x2.dtype)
+    stop = n - n % LANES
+    for o in range(outer):
+        for j in range(LANES):
+            lanes[j] = init
+        for b in range(0, stop, LANES):
+            for j in range(LANES):
+                lanes[j] = _further(x2[o, b + j], lanes[j], largest)
+        best = init
+        for j in range(LANES):
+            best = _further(lanes[j], best, largest)
+        for a in range(stop, n):
+            best = _further(x2[o, a], best, largest)
+        out[o] = best
+
+
+@njit(cache=True, error_model="numpy")
+def _extrema_across_rows(x3, out2, largest):
+    """out2[o, i] = the largest (smallest) of x3[o, :, i], row after row (a vector loop over i)."""
+    outer, n, inner = x3.shape
+    init = -np.inf if largest else np.inf
+    for o in range(outer):
+        for i in range(inner):
+            out2[o, i] = init
+        for a in range(n):
+            for i in range(inner):
+                out2[o, i] = _further(x3[o, a, i], out2[o, i], largest)
 
 
 @njit(cache=True, error_model="numpy")
@@ -87,7 +100,7 @@ def pairwise_sum(x, start, n):
     128, eight running sums in a block; numpy/_core/src/umath/loops_utils.h.src). Recursive, and numba's
     cache of a recursive function's callers is fragile (numba issue 6061: calling it from a kernel of
     another module segfaulted once loaded from the cache), so only _sum_forward calls it; other kernels sum
-    with lane_sum."""
+    rows with row_sum."""
     if n <= 128:
         return lane_sum(x, start, n)
     half = n // 2
@@ -119,6 +132,23 @@ def lane_sum(x, start, n):
     total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     for i in range(stop, start + n):
         total += x[i]
+    return total
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def row_sum(x2, o, lanes):
+    """Row o of x2 summed as lane_sum sums a contiguous block (its order, so the same number), indexed from
+    loop counters (see reduce_forward); `lanes` is LANES entries of scratch."""
+    n = x2.shape[1]
+    stop = n - n % LANES
+    for j in range(LANES):
+        lanes[j] = 0
+    for b in range(0, stop, LANES):
+        for j in range(LANES):
+            lanes[j] += x2[o, b + j]
+    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    for a in range(stop, n):
+        total += x2[o, a]
     return total
 
 
@@ -190,21 +220,44 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, assig
 @njit(cache=True, error_model="numpy")
 def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign):
     """MAX/MIN cotangents, K = 1: each reduced entry's cotangent split evenly between its tied extrema (as
-    TensorFlow), in two passes over its entries (count the ties, then write), with no partials array."""
+    TensorFlow), in two passes over its entries (count the ties, then write), with no partials array; loops
+    over [outer, n, inner] views (see reduce_forward)."""
     zero = g_out.dtype.type(0)
-    for o in range(outer):
-        for i in range(inner):
-            base = o * n * inner + i
-            r = o * inner + i
-            extremum = y[r]
-            share = g_out[r] / _ties(x, extremum, base, n, inner)
-            if inner == 1:          # contiguous: a loop LLVM vectorises
-                for e in range(base, base + n):
-                    _put(g_in, e, share if x[e] == extremum else zero, assign)
+    if inner == 1:
+        x2 = x.reshape(outer, n)
+        g2 = g_in.reshape(outer, n)
+        for o in range(outer):
+            extremum = y[o]
+            ties = 0
+            for a in range(n):
+                ties += x2[o, a] == extremum
+            share = g_out[o] / max(ties, 1)
+            if assign:
+                for a in range(n):
+                    g2[o, a] = share if x2[o, a] == extremum else zero
             else:
                 for a in range(n):
-                    e = base + a * inner
-                    _put(g_in, e, share if x[e] == extremum else zero, assign)
+                    g2[o, a] += share if x2[o, a] == extremum else zero
+        return
+    x3 = x.reshape(outer, n, inner)
+    g3 = g_in.reshape(outer, n, inner)
+    y2 = y.reshape(outer, inner)
+    shares = np.empty(inner, g_out.dtype)       # tie counts, then each column's share
+    for o in range(outer):
+        for i in range(inner):
+            shares[i] = 0
+        for a in range(n):
+            for i in range(inner):
+                shares[i] += 1 if x3[o, a, i] == y2[o, i] else 0
+        for i in range(inner):
+            shares[i] = g_out[o * inner + i] / max(shares[i], 1)
+        for a in range(n):
+            if assign:
+                for i in range(inner):
+                    g3[o, a, i] = shares[i] if x3[o, a, i] == y2[o, i] else zero
+            else:
+                for i in range(inner):
+                    g3[o, a, i] += shares[i] if x3[o, a, i] == y2[o, i] else zero
 
 
 @njit(cache=True, error_model="numpy")
@@ -212,38 +265,62 @@ def _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign):
     """SUM's Jacobian is all ones: out += sum of in (tangents) or, transposed, in += out broadcast
     (cotangents), with no partials computed; K = 1 gets its own loops, so no column loop runs per entry."""
     K = out_rows.shape[1]
-    if K == 1 and inner == 1:       # contiguous rows of one column: flat loops (vectorised), eight-lane sums
-        out_flat = out_rows.reshape(out_rows.size)
-        in_flat = in_rows.reshape(in_rows.size)
-        for o in range(outer):
-            if transpose:
-                g = out_flat[o]
-                for e in range(o * n, o * n + n):
-                    _put(in_flat, e, g, assign)
-            else:
-                out_flat[o] += lane_sum(in_flat, o * n, n)
+    if K == 1 and inner == 1:
+        out_flat = out_rows.reshape(outer)
+        in2 = in_rows.reshape(outer, n)
+        if transpose:
+            _sum_transposed_rows(out_flat, in2, assign)
+        else:
+            lanes = np.empty(LANES, in2.dtype)
+            for o in range(outer):
+                out_flat[o] += row_sum(in2, o, lanes)
+        return
+    if K == 1:
+        _sum_across_rows(out_rows.reshape(outer, inner), in_rows.reshape(outer, n, inner), transpose, assign)
         return
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
             r = o * inner + i
-            if K == 1 and transpose:
-                g = out_rows[r, 0]
-                for a in range(n):
-                    _put(in_rows, (base + a * inner, 0), g, assign)
-            elif K == 1:
-                acc = out_rows[r, 0]
-                for a in range(n):
-                    acc += in_rows[base + a * inner, 0]
-                out_rows[r, 0] = acc
+            for a in range(n):
+                e = base + a * inner
+                for k in range(K):
+                    if transpose:
+                        _put(in_rows, (e, k), out_rows[r, k], assign)
+                    else:
+                        out_rows[r, k] += in_rows[e, k]
+
+
+@njit(cache=True, error_model="numpy")
+def _sum_transposed_rows(g_out, g_in2, assign):
+    """g_in2[o, :] (+)= g_out[o]: a contiguous axis's cotangent."""
+    outer, n = g_in2.shape
+    for o in range(outer):
+        g = g_out[o]
+        if assign:
+            for a in range(n):
+                g_in2[o, a] = g
+        else:
+            for a in range(n):
+                g_in2[o, a] += g
+
+
+@njit(cache=True, error_model="numpy")
+def _sum_across_rows(out2, in3, transpose, assign):
+    """Over an outer axis, row after row (vector loops over inner): in3[o, a, :] (+)= out2[o, :] (transposed),
+    else out2[o, :] += in3[o, a, :] for every a, in order."""
+    outer, n, inner = in3.shape
+    for o in range(outer):
+        for a in range(n):
+            if not transpose:
+                for i in range(inner):
+                    out2[o, i] += in3[o, a, i]
+            elif assign:
+                for i in range(inner):
+                    in3[o, a, i] = out2[o, i]
             else:
-                for a in range(n):
-                    e = base + a * inner
-                    for k in range(K):
-                        if transpose:
-                            _put(in_rows, (e, k), out_rows[r, k], assign)
-                        else:
-                            out_rows[r, k] += in_rows[e, k]
+                for i in range(inner):
+                    in3[o, a, i] += out2[o, i]
 
 
 @njit(cache=True, error_model="numpy")
@@ -286,17 +363,8 @@ def prod_second(x, g_out, t_in, gt_in, outer, n, inner):
 @njit(cache=True, error_model="numpy")
 def cumsum_forward(x, out, outer, n, inner, exclusive, reverse):
     """Running sums along the middle axis of an [outer, n, inner] view: from the last entry when reverse,
-    each entry left out of its own sum when exclusive (the first sum is then 0)."""
-    for o in range(outer):
-        for step in range(n):
-            e = (o * n + (n - 1 - step if reverse else step)) * inner
-            if step == 0:
-                for i in range(inner):
-                    out[e + i] = 0.0 if exclusive else x[e + i]
-                continue
-            p = e + inner if reverse else e - inner       # the entry before e in running order
-            for i in range(inner):
-                out[e + i] = out[p + i] + (x[p + i] if exclusive else x[e + i])
+    each entry left out of its own sum when exclusive (the first sum is then 0); numpy's order."""
+    _running_sums(x.reshape(outer, n, inner), out.reshape(outer, n, inner), exclusive, reverse, False)
 
 
 @njit(cache=True, error_model="numpy")
@@ -307,6 +375,9 @@ def cumsum_linear(out_rows, in_rows, outer, n, inner, exclusive, reverse, transp
     src = out_rows if transpose else in_rows
     dst = in_rows if transpose else out_rows
     backward = reverse != transpose
+    if K == 1:
+        _running_sums(src.reshape(outer, n, inner), dst.reshape(outer, n, inner), exclusive, backward, True)
+        return
     acc = np.empty((inner, K))
     for o in range(outer):
         acc[:] = 0.0
@@ -321,3 +392,37 @@ def cumsum_linear(out_rows, in_rows, outer, n, inner, exclusive, reverse, transp
                     else:
                         acc[i, k] += v
                         dst[e + i, k] += acc[i, k]
+
+
+@njit(cache=True, error_model="numpy")
+def _running_sums(src3, dst3, exclusive, backward, add):
+    """dst3[o, a, :] (+)= the running sums of src3[o, :, :] along a (from the last a when backward), in order
+    (numpy's), indexed from loop counters (see reduce_forward); along a contiguous axis the running sum stays in
+    a register. CUMSUM's forward, and its map over one column."""
+    outer, n, inner = src3.shape
+    if inner == 1:
+        for o in range(outer):
+            acc = src3.dtype.type(0)
+            for step in range(n):
+                a = n - 1 - step if backward else step
+                v = src3[o, a, 0]
+                if exclusive:
+                    _put(dst3, (o, a, 0), acc, not add)
+                    acc += v
+                else:
+                    acc = acc + v if step else v
+                    _put(dst3, (o, a, 0), acc, not add)
+        return
+    acc = np.empty(inner, src3.dtype)
+    for o in range(outer):
+        acc[:] = 0
+        for step in range(n):
+            a = n - 1 - step if backward else step
+            for i in range(inner):
+                v = src3[o, a, i]
+                if exclusive:
+                    _put(dst3, (o, a, i), acc[i], not add)
+                    acc[i] += v
+                else:
+                    acc[i] = acc[i] + v if step else v
+                    _put(dst3, (o, a, i), acc[i], not add)

@@ -7,17 +7,23 @@ SLICE and PAD are each other's adjoint: SLICE reads in[starts + i * steps], PAD
 writes out[starts + i * steps] = in[i] into zeros.
 
 TRANSPOSE, SLICE and PAD that keep the last axis contiguous walk runs of it
-(an odometer over the leading axes, nothing allocated per entry); other
-rank-generic maps are built once as an index map (an odometer walk, no divmod
-per element) and then gather forward / scatter-add in reverse through it; PLACE
-and GATHER compute their runs in closed form. Attribute blocks are laid out as
-documented in opcodes.py.
+(an odometer over the leading axes, nothing allocated per entry); a TRANSPOSE
+that is a (batched) matrix transpose copies square tiles; a TILE that
+broadcasts walks runs of its merged axes (copies, fills, and row sums in
+reverse); other rank-generic maps are built once as an index map (an odometer
+walk, no divmod per element) and then gather forward / scatter-add in reverse
+through it; PLACE and GATHER compute their runs in closed form. Attribute
+blocks are laid out as documented in opcodes.py.
+
+Loops index arrays from loop counters (views, or reshaped arrays), not from
+computed offsets: numba wraps negative indices, and an offset LLVM cannot prove
+non-negative keeps a loop from vectorising (3-8x slower here).
 """
 import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
-from .reduction import lane_sum
+from .reduction import LANES, row_sum
 
 
 @njit(cache=True, error_model="numpy")
@@ -155,20 +161,21 @@ def affine_runs(op, iattr, a, mapped, plain, into_mapped, add, K):
     index = np.zeros(rank, np.int64)
     position = base
     for p in range(runs):
-        e = p * length
-        m = position * K
+        # views of the run: indexed from the loop counter, not from computed offsets (see reduction.py)
+        plain_run = plain[p * length:(p + 1) * length]
+        mapped_run = mapped[position * K:position * K + length]
         if into_mapped and add:
             for j in range(length):
-                mapped[m + j] += plain[e + j]
+                mapped_run[j] += plain_run[j]
         elif into_mapped:
             for j in range(length):
-                mapped[m + j] = plain[e + j]
+                mapped_run[j] = plain_run[j]
         elif add:
             for j in range(length):
-                plain[e + j] += mapped[m + j]
+                plain_run[j] += mapped_run[j]
         else:
             for j in range(length):
-                plain[e + j] = mapped[m + j]
+                plain_run[j] = mapped_run[j]
         position = _odometer_step(index, dims, steps, position, rank - 2)      # the next run
     return True
 
@@ -195,18 +202,177 @@ def leading_broadcast_block(op, iattr, a):
 
 
 @njit(cache=True, error_model="numpy")
+def broadcast_axes(iattr, a, K):
+    """A TILE that broadcasts (every input axis 1 or the output's), over rows of K columns, as collapsed axes:
+    (dims, steps), neighbouring output axes merged while all repeat the input or none does, the K columns a
+    last axis that does not; steps[d] is the input's stride along axis d, 0 where it repeats. Empty arrays for
+    a TILE that repeats more than single entries."""
+    rank = iattr[a]
+    dims = np.empty(rank + 1, np.int64)
+    repeats = np.empty(rank + 1, np.bool_)
+    m = 0
+    for d in range(rank + 1):
+        n_in = iattr[a + 1 + d] if d < rank else K
+        n_out = iattr[a + 1 + rank + d] if d < rank else K
+        if n_in != 1 and n_in != n_out:
+            return dims[:0], dims[:0]
+        if n_out == 1:
+            continue
+        if m and repeats[m - 1] == (n_in != n_out):
+            dims[m - 1] *= n_out
+        else:
+            dims[m] = n_out
+            repeats[m] = n_in != n_out
+            m += 1
+    if m == 0:                                      # a single entry
+        dims[0], repeats[0], m = 1, False, 1
+    steps = np.empty(m, np.int64)
+    stride = 1
+    for d in range(m - 1, -1, -1):
+        steps[d] = 0 if repeats[d] else stride
+        stride *= 1 if repeats[d] else dims[d]
+    return dims[:m], steps
+
+
+@njit(cache=True, error_model="numpy")
+def _broadcast_walk(dims, steps, single, repeated, into_repeated, add):
+    """Between a flat buffer and its broadcast over `dims` (broadcast_axes): repeated (+)= the broadcast of
+    single (into_repeated; add: accumulate), else single += the sums over its repeats. Run by run along the last
+    axis (a copy or a fill; a row sum in reverse), arrays indexed from loop counters (see reduce_forward)."""
+    m = dims.size
+    run = dims[m - 1]
+    if repeated.size == 0:
+        return
+    runs = repeated.size // run
+    repeated2 = repeated.reshape(runs, run)
+    width = 1 if steps[m - 1] == 0 else run         # single as rows: each run reads one row of it
+    single2 = single.reshape(single.size // width, width)
+    row_steps = steps // width
+    index = np.zeros(m, np.int64)
+    lanes = np.empty(LANES, single.dtype)
+    row = 0
+    for p in range(runs):
+        if width == 1 and not into_repeated:
+            single2[row, 0] += row_sum(repeated2, p, lanes)
+        elif width == 1:
+            value = single2[row, 0]
+            if add:
+                for j in range(run):
+                    repeated2[p, j] += value
+            else:
+                for j in range(run):
+                    repeated2[p, j] = value
+        elif not into_repeated:
+            for j in range(run):
+                single2[row, j] += repeated2[p, j]
+        elif add:
+            for j in range(run):
+                repeated2[p, j] += single2[row, j]
+        else:
+            for j in range(run):
+                repeated2[p, j] = single2[row, j]
+        row = _odometer_step(index, dims, row_steps, row, m - 2)
+
+
+@njit(cache=True, error_model="numpy")
+def leading_broadcast_block(op, iattr, a):
+    """For a TILE that only repeats the whole input along leading axes (a bias over a batch): the
+    input size; otherwise 0."""
+    if op != oc.TILE:
+        return 0
+    rank = iattr[a]
+    block = 1
+    leading = True
+    for d in range(rank):
+        n_in = iattr[a + 1 + d]
+        n_out = iattr[a + 1 + rank + d]
+        if leading and n_in == 1:
+            continue
+        leading = False
+        if n_in != n_out:
+            return 0
+        block *= n_in
+    return block
+
+
+@njit(cache=True, error_model="numpy")
+def swapped_axes(iattr, a):
+    """A TRANSPOSE that, its axes of one entry dropped and neighbouring input axes it keeps together merged,
+    swaps the last two axes of [B, M, N] (a matrix transpose, batched): (B, M, N); else (0, 0, 0)."""
+    rank = iattr[a]
+    in_dims = iattr[a + 1:a + 1 + rank]
+    perm = iattr[a + 1 + rank:a + 1 + 2 * rank]
+    position = np.empty(rank, np.int64)        # an input axis's place among the axes of more than one entry
+    count = 0
+    for d in range(rank):
+        position[d] = count
+        count += in_dims[d] != 1
+    sizes = np.empty(rank, np.int64)
+    firsts = np.empty(rank, np.int64)
+    m = 0
+    last = -2
+    for d in range(rank):                       # output axes, merged while they are input axes in order
+        axis = perm[d]
+        if in_dims[axis] == 1:
+            continue
+        if m and position[axis] == last + 1:
+            sizes[m - 1] *= in_dims[axis]
+        else:
+            sizes[m] = in_dims[axis]
+            firsts[m] = position[axis]
+            m += 1
+        last = position[axis]
+    if m == 2 and firsts[0] > firsts[1]:
+        return 1, sizes[1], sizes[0]
+    if m == 3 and firsts[0] < firsts[2] < firsts[1]:
+        return sizes[0], sizes[2], sizes[1]
+    return 0, 0, 0
+
+
+_EDGE = 64      # a transpose's square tiles: both sides of one stay in cache
+
+
+@njit(cache=True, error_model="numpy")
+def _swap_last_two(src, dst, add):
+    """dst[b, j, i] (+)= src[b, i, j] for [B, M, N] src and [B, N, M] dst, tile by tile."""
+    B, M, N = src.shape
+    for b in range(B):
+        for i0 in range(0, M, _EDGE):
+            i1 = min(i0 + _EDGE, M)
+            for j0 in range(0, N, _EDGE):
+                j1 = min(j0 + _EDGE, N)
+                for j in range(j0, j1):
+                    if add:
+                        for i in range(i0, i1):
+                            dst[b, j, i] += src[b, i, j]
+                    else:
+                        for i in range(i0, i1):
+                            dst[b, j, i] = src[b, i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def _swap_last_two_rows(src, dst):
+    """dst[b, j, i, :] += src[b, i, j, :] for rows of K columns: column by column (one column: plain arrays)."""
+    K = src.shape[3]
+    if K == 1:
+        _swap_last_two(src.reshape(src.shape[:3]), dst.reshape(dst.shape[:3]), True)
+        return
+    for k in range(K):
+        _swap_last_two(src[:, :, :, k], dst[:, :, :, k], True)
+
+
+@njit(cache=True, error_model="numpy")
 def mapped_forward(op, iattr, a, x, out):
-    block = leading_broadcast_block(op, iattr, a)
-    if block == 1:                                  # a scalar broadcast: a fill
-        value = x[0]
-        for e in range(out.size):
-            out[e] = value
-        return
-    if block:
-        for start in range(0, out.size, block):     # element loops: no view per repeat
-            for e in range(block):
-                out[start + e] = x[e]
-        return
+    if op == oc.TILE:
+        dims, steps = broadcast_axes(iattr, a, 1)
+        if dims.size:
+            _broadcast_walk(dims, steps, x, out, True, False)
+            return
+    if op == oc.TRANSPOSE:
+        B, M, N = swapped_axes(iattr, a)
+        if B:
+            _swap_last_two(x.reshape(B, M, N), out.reshape(B, N, M), False)
+            return
     if op == oc.PAD:
         out[:] = 0
     # PAD writes the mapped side (its output), TRANSPOSE and SLICE read it (their input)
@@ -240,38 +406,39 @@ def _scatter_add(m, src, dst):
 
 
 @njit(cache=True, error_model="numpy")
-def _repeat_add(repeated, single, into_repeated):
-    """Between a flat buffer and its repeats (a leading broadcast): repeated[j*n + e] += single[e]
-    (into_repeated), else single[e] += repeated[j*n + e]; element loops, no views per repeat. A scalar's
-    repeats are summed in eight lanes, short rows' in a register each: summed into single[e] in memory, the
-    loop is a chain of loads and stores."""
+def _short_rows_sum(repeated, single):
+    """single[e] += the sum of repeated[j*n + e] over j, for rows of n < LANES entries: each entry's repeats
+    summed in a register (in memory, the loop would be a chain of loads and stores)."""
     n = single.size
-    if into_repeated:
-        for start in range(0, repeated.size, n):
-            for e in range(n):
-                repeated[start + e] += single[e]
-    elif n == 1:
-        single[0] += lane_sum(repeated, 0, repeated.size)
-    elif n < 8:
-        for e in range(n):
-            total = single.dtype.type(0)
-            for j in range(e, repeated.size, n):
-                total += repeated[j]
-            single[e] += total
-    else:
-        for start in range(0, repeated.size, n):
-            for e in range(n):
-                single[e] += repeated[start + e]
+    for e in range(n):
+        total = single.dtype.type(0)
+        for j in range(e, repeated.size, n):
+            total += repeated[j]
+        single[e] += total
 
 
 @njit(cache=True, error_model="numpy")
 def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
     """The op's map over K columns: out += map(in) (tangents; these ops are linear) or, transposed,
     in += map^T(out) (cotangents)."""
-    if leading_broadcast_block(op, iattr, a):
-        _repeat_add(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), not transpose)
-        return
     K = out_rows.shape[1]
+    if op == oc.TILE:
+        if transpose and 1 < leading_broadcast_block(op, iattr, a) * K < LANES:
+            _short_rows_sum(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size))
+            return
+        dims, steps = broadcast_axes(iattr, a, K)
+        if dims.size:
+            _broadcast_walk(dims, steps, in_rows.reshape(in_rows.size), out_rows.reshape(out_rows.size),
+                            not transpose, True)
+            return
+    if op == oc.TRANSPOSE:
+        B, M, N = swapped_axes(iattr, a)
+        if B and transpose:
+            _swap_last_two_rows(out_rows.reshape(B, N, M, K), in_rows.reshape(B, M, N, K))
+            return
+        if B:
+            _swap_last_two_rows(in_rows.reshape(B, M, N, K), out_rows.reshape(B, N, M, K))
+            return
     mapped, plain = (out_rows, in_rows) if op == oc.PAD else (in_rows, out_rows)
     if affine_runs(op, iattr, a, mapped.reshape(mapped.size), plain.reshape(plain.size), (op == oc.PAD) != transpose,
                    True, K):

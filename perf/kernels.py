@@ -1,0 +1,122 @@
+"""Kernels at memory speed (issue 9, item 3): one instruction's compiled forward and K = 1 reverse sweep on
+large float64 arrays, against the numpy expression computing the same thing (into fresh arrays, as numpy
+users write it). Each row records the op on a tape, lowers it to a Program, and times the sweeps of that one
+instruction on the Program's arena and a seeded adjoint buffer; jitape and numpy take turns in each round and
+the best of ROUNDS is reported. The goal: every ratio within 1.5.
+
+Run: python perf/kernels.py [ROUNDS]
+"""
+import sys
+import time
+
+import numpy as np
+
+import jitape as jt
+from jitape import program as programs
+from jitape_kernels import opcodes as oc
+from jitape_kernels.cpu import forward_sweep, reverse_sweep
+
+RNG = np.random.default_rng(9)
+TALL = RNG.standard_normal((10_000, 100))       # W10's distance matrix
+WIDE = RNG.standard_normal((100, 10_000))
+SQUARE = RNG.standard_normal((1_000, 1_000))
+FLAT = RNG.standard_normal(1_000_000)
+POSITIVE = np.abs(FLAT) + 0.1
+COLUMN, ROW = TALL[:, :1].copy(), TALL[:1].copy()
+
+
+def _sum_to(g, shape):
+    """numpy's cotangent of a broadcast to g.shape from `shape`: g summed over the broadcast axes."""
+    axes = tuple(d for d, n in enumerate(shape) if n == 1)
+    return g.sum(axis=axes, keepdims=True)
+
+
+def _extremum_cotangent(x, g, axis):
+    """numpy's MAX/MIN cotangent, ties split evenly: g at the extrema."""
+    hits = x == x.max(axis=axis, keepdims=True)
+    return np.expand_dims(g, axis) * hits / hits.sum(axis=axis, keepdims=True)
+
+
+# label, input, the jitape op, numpy forward, numpy reverse (x, g) -> cotangent of x
+CASES = [
+    ("exp", FLAT, jt.exp, np.exp, lambda x, g: g * np.exp(x)),
+    ("log", POSITIVE, jt.math.log, np.log, lambda x, g: g / x),
+    ("tanh", FLAT, jt.tanh, np.tanh, lambda x, g: g * (1 - np.tanh(x) ** 2)),
+    ("x * x", FLAT, lambda x: x * x, lambda x: x * x, lambda x, g: 2 * g * x),
+    ("x / 3", FLAT, lambda x: x / 3.0, lambda x: x / 3.0, lambda x, g: g / 3.0),
+    ("reduce_sum axis 1 (10000, 100)", TALL, lambda x: jt.reduce_sum(x, 1), lambda x: x.sum(1),
+     lambda x, g: np.repeat(g[:, None], x.shape[1], 1)),
+    ("reduce_sum axis 0 (10000, 100)", TALL, lambda x: jt.reduce_sum(x, 0), lambda x: x.sum(0),
+     lambda x, g: np.repeat(g[None], x.shape[0], 0)),
+    ("reduce_sum axis 1 (100, 10000)", WIDE, lambda x: jt.reduce_sum(x, 1), lambda x: x.sum(1),
+     lambda x, g: np.repeat(g[:, None], x.shape[1], 1)),
+    ("reduce_max axis 1 (10000, 100)", TALL, lambda x: jt.reduce_max(x, 1), lambda x: x.max(1),
+     lambda x, g: _extremum_cotangent(x, g, 1)),
+    ("reduce_max axis 0 (10000, 100)", TALL, lambda x: jt.reduce_max(x, 0), lambda x: x.max(0),
+     lambda x, g: _extremum_cotangent(x, g, 0)),
+    ("reduce_min axis 1 (100, 10000)", WIDE, lambda x: jt.reduce_min(x, 1), lambda x: x.min(1),
+     lambda x, g: _extremum_cotangent(-x, g, 1)),
+    ("broadcast (10000, 1) -> (10000, 100)", COLUMN, lambda x: jt.broadcast_to(x, TALL.shape),
+     lambda x: np.broadcast_to(x, TALL.shape).copy(), lambda x, g: _sum_to(g, x.shape)),
+    ("broadcast (1, 100) -> (10000, 100)", ROW, lambda x: jt.broadcast_to(x, TALL.shape),
+     lambda x: np.broadcast_to(x, TALL.shape).copy(), lambda x, g: _sum_to(g, x.shape)),
+    ("transpose (1000, 1000)", SQUARE, jt.transpose, lambda x: x.T.copy(), lambda x, g: g.T.copy()),
+    ("x[:, 1:] (1000, 1000)", SQUARE, lambda x: x[:, 1:], lambda x: x[:, 1:].copy(),
+     lambda x, g: np.pad(g, ((0, 0), (1, 0)))),
+    ("cumsum axis 1 (10000, 100)", TALL, lambda x: jt.math.cumsum(x, 1), lambda x: np.cumsum(x, 1),
+     lambda x, g: np.cumsum(g[:, ::-1], 1)[:, ::-1]),
+]
+
+
+def _one_instruction(op, value):
+    """The Program of op(x) (its last instruction is op's), its row, and a seeded K = 1 adjoint buffer."""
+    x = jt.constant(value)
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = op(x)
+    program = programs.lower(tape, [y], [x]).complete()
+    row = np.ascontiguousarray(program.code[-1:])
+    adjoint = RNG.standard_normal((program.adjoint_size, 1))
+    return program, row, adjoint, np.asarray(y.numpy())
+
+
+def _best_of(rounds, *fns):
+    best = [np.inf] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t)
+    return [b * 1e3 for b in best]
+
+
+def row_times(op, value, np_forward, np_reverse, rounds):
+    program, row, adjoint, y = _one_instruction(op, value)
+    p = program
+    written = np.zeros(p.slots.shape[0], np.bool_)
+    g = RNG.standard_normal(y.shape)
+
+    def forward():
+        forward_sweep(row, p.slots, p.iattr, p.fattr, p.arena)
+
+    def reverse():
+        written[:] = False
+        written[row[0, oc.OUT]] = True
+        reverse_sweep(row, p.slots, p.iattr, p.fattr, p.arena, adjoint, written)
+
+    forward(), reverse()
+    return _best_of(rounds, forward, lambda: np_forward(value), reverse, lambda: np_reverse(value, g))
+
+
+def main(argv):
+    rounds = int(argv[0]) if argv else 15
+    print(f"best of {rounds} rounds, ms; ratio = jitape / numpy\n")
+    print("| instruction | forward | numpy | ratio | K = 1 reverse | numpy | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, value, op, np_forward, np_reverse in CASES:
+        f, nf, r, nr = row_times(op, value, np_forward, np_reverse, rounds)
+        print(f"| {label} | {f:.3f} | {nf:.3f} | {f / nf:.2f} | {r:.3f} | {nr:.3f} | {r / nr:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
