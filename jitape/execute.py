@@ -8,7 +8,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
 
-from . import backend, config
+from . import backend, config, recycling
 from .program import lower
 from .tensor import Tensor
 
@@ -86,8 +86,9 @@ def _unit_cotangents(program):
     seed = [np.ones((1, 1), program.dtype)]
     if not program.keeps_cotangents:
         return reverse(program, seed, complete=True)
-    program.cotangents = reverse(program, seed, complete=True,
-                                 out=np.empty((program.adjoint_size, 1), program.dtype))
+    out = recycling.take(program.adjoint_size, program.dtype).reshape(program.adjoint_size, 1)
+    recycling.keep(program, out)
+    program.cotangents = reverse(program, seed, complete=True, out=out)
     return program.cotangents
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.planning import READS_ALL, READS_ANY_ORDER, plan
 
-from . import config
+from . import config, recycling
 
 
 @dataclass(eq=False)
@@ -121,8 +121,9 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
     if program is None:
         if len(tape._programs) >= _PROGRAMS_KEPT:
             tape._programs.pop(next(iter(tape._programs)))
-        program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, np.empty,
+        program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, recycling.take,
                                                READS_ANY_ORDER)
+        recycling.keep(program, program.arena)
         program.keeps_cotangents = True
     return program.complete() if reads == READS_ALL else program
 

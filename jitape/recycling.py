@@ -1,0 +1,72 @@
+"""Large buffers that outlive a call: a persistent tape's Programs keep their arena and cotangents. A fresh
+multi-megabyte buffer costs a page fault per 4 KiB on its first touch (7 ms for 40 MB here, more than a
+sweep over it), and glibc hands buffers above 32 MiB back to the system when freed, so every new tape would
+pay it again. Such buffers are handed out here, and once their owner is gone and nothing else references
+them (no view of them survives), they are handed out again; at most jt.config.workspace_reuse_bytes of them
+wait unused."""
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+from . import config
+
+_MIN_BYTES = 1 << 20            # smaller buffers come from malloc's free lists without page faults
+
+_lock = threading.RLock()     # re-entrant: an owner can die (a callback) while take() holds it
+_owned = []                     # (weak reference to the owner, the buffer as uint8), oldest first
+
+
+def take(size, dtype):
+    """An uninitialised 1-D buffer of `size` entries of `dtype`; pass it to keep() with its owner."""
+    dtype = np.dtype(dtype)
+    nbytes = size * dtype.itemsize
+    if nbytes < _MIN_BYTES:
+        return np.empty(size, dtype)
+    with _lock:
+        fits = [entry for entry in _unused() if nbytes <= entry[1].nbytes <= 2 * nbytes]
+        if fits:
+            entry = min(fits, key=lambda e: e[1].nbytes)
+            _forget(entry)
+            buffer = entry[1]
+        else:
+            buffer = np.empty(nbytes, np.uint8)
+    return buffer[:nbytes].view(dtype)
+
+
+def keep(owner, array):
+    """Record that `array` (from take) lives as long as `owner`, and may be handed out again after it."""
+    root = array if array.base is None else array.base
+    if root.dtype == np.uint8 and root.nbytes >= _MIN_BYTES:
+        with _lock:
+            _owned.append((weakref.ref(owner, _owner_gone), root))
+
+
+def _owner_gone(reference):
+    # while the owner is being freed its buffers are still referenced (by it): keep within the budget only
+    with _lock:
+        _unused(forget_shared=False)
+
+
+def _unused(forget_shared=True):
+    """The entries whose owner is gone and whose buffer nothing else references, oldest first, at most the
+    budget's worth (unused ones beyond it are forgotten). With forget_shared, so are entries whose owner is gone
+    but whose buffer something still references (a view handed to the user): it dies with that reference."""
+    unused = []
+    for entry in list(_owned):
+        if entry[0]() is not None:
+            continue
+        if sys.getrefcount(entry[1]) <= 2:      # only the entry's reference and this call's
+            unused.append(entry)
+        elif forget_shared:
+            _forget(entry)
+    total = sum(entry[1].nbytes for entry in unused)
+    while unused and total > config.workspace_reuse_bytes:
+        total -= unused[0][1].nbytes
+        _forget(unused.pop(0))
+    return unused
+
+
+def _forget(entry):
+    _owned[:] = [e for e in _owned if e is not entry]

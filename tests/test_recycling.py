@@ -1,0 +1,95 @@
+"""jitape.recycling: a dead owner's large buffers are handed out again, never while a view of them survives,
+and no more than jt.config.workspace_reuse_bytes of them wait unused; a persistent tape's Programs use it."""
+import gc
+
+import numpy as np
+import pytest
+
+import jitape as jt
+from jitape import recycling
+
+MB = 1 << 20
+
+
+class Owner:
+    pass
+
+
+@pytest.fixture(autouse=True)
+def empty_pool():
+    recycling._owned.clear()
+    yield
+    recycling._owned.clear()
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def test_a_dead_owners_buffer_is_handed_out_again():
+    owner = Owner()
+    first = recycling.take(MB, np.float64)
+    recycling.keep(owner, first)
+    address = _address(first)
+    del owner, first
+    gc.collect()
+    again = recycling.take(MB, np.float32)          # half the bytes (within a factor 2), another dtype
+    assert _address(again) == address and again.dtype == np.float32 and again.size == MB
+    assert recycling._owned == []                    # handed out: no longer waiting
+
+
+def test_a_buffer_with_a_surviving_view_is_never_handed_out():
+    owner = Owner()
+    buffer = recycling.take(MB, np.float64)
+    recycling.keep(owner, buffer)
+    buffer[:] = 7.0
+    view = buffer[10:20]
+    del owner, buffer
+    gc.collect()
+    other = recycling.take(MB, np.float64)
+    assert _address(other) != _address(view) - 10 * 8
+    other[:] = 0.0
+    np.testing.assert_array_equal(view, 7.0)
+    assert recycling._owned == []                    # forgotten: it dies with the view
+
+
+def test_a_live_owners_buffer_is_not_handed_out():
+    owner = Owner()
+    buffer = recycling.take(MB, np.float64)
+    recycling.keep(owner, buffer)
+    other = recycling.take(MB, np.float64)
+    assert _address(other) != _address(buffer)
+
+
+def test_unused_buffers_stay_within_the_budget(monkeypatch):
+    monkeypatch.setattr(jt.config, "workspace_reuse_bytes", 3 * MB)
+    owners = [Owner() for _ in range(4)]
+    for owner in owners:
+        recycling.keep(owner, recycling.take(MB // 8, np.float64))     # 1 MiB each
+    del owners, owner
+    gc.collect()
+    assert sum(b.nbytes for _, b in recycling._owned) <= 3 * MB
+
+
+def test_small_buffers_are_plain_arrays():
+    small = recycling.take(100, np.float64)
+    recycling.keep(Owner(), small)
+    assert recycling._owned == [] and small.base is None
+
+
+def test_persistent_tapes_reuse_their_predecessors_buffers():
+    x = jt.constant(np.linspace(0.5, 2.0, 300_000))
+    addresses, gradients = [], []
+    for _ in range(3):
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y = jt.reduce_sum(jt.exp(x) * x)
+        gradients.append(tape.gradient(y, x).numpy())
+        program = next(iter(tape._programs.values()))
+        addresses.append((_address(program.arena), _address(program.cotangents)))
+        del tape, y, program
+        gc.collect()
+    assert addresses[1] == addresses[2]
+    expected = np.exp(x.numpy()) * (x.numpy() + 1)
+    for g in gradients:
+        np.testing.assert_allclose(g, expected, rtol=1e-14)
