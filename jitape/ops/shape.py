@@ -101,7 +101,9 @@ def transpose(a, perm=None, conjugate=False, name=None):
         return x
     if x.dtype.kind != "f":
         return Tensor(np.transpose(x._value, perm).copy())
-    return emit(_transpose, (x,), np.transpose(x._value, perm).copy(), perm,
+    value = np.transpose(x._value, perm)
+    # large: the view (as a broadcast's; matmul and the elementwise ops read strided operands in place)
+    return emit(_transpose, (x,), value if value.size >= _VIEWS_FROM else value.copy(), perm,
                 (x.ndim,) + x.shape + perm)
 
 
@@ -112,13 +114,14 @@ def _tile_np(x, in_dims, reps):
     return np.tile(np.reshape(x, in_dims), reps)
 
 
-_BROADCAST_VIEWS_FROM = 1 << 15     # entries: below, a copy costs less than np.broadcast_to's ~2 us
+_VIEWS_FROM = 1 << 15   # entries: from here, a transpose's or broadcast's eager value is a view (below, a copy
+                        # costs less than np.broadcast_to's ~2 us, and keeps small values contiguous)
 
 
 def _broadcast_np(x, shape):
     # large: a read-only view (no pass over memory; the ops reading it broadcast as numpy does, and an arena
     # copies it only where a derivative reads it); small: a fresh contiguous array, a fifth of the view's cost
-    if math.prod(shape) >= _BROADCAST_VIEWS_FROM:
+    if math.prod(shape) >= _VIEWS_FROM:
         return np.broadcast_to(x, shape)
     out = np.empty(shape, x.dtype)
     out[...] = x

@@ -1,7 +1,8 @@
 """Tensor subscripts (jitape.ops.shape.getitem): basic subscripts of ints (Python and numpy), slices and tuples
 take one fast path with no tape and when recorded (one SLICE, its windows cached by shape and subscript);
 every subscript equals numpy's on every path, raises numpy's IndexError out of range, and a slice bound
-given as a tensor is a guard of a traced function."""
+given as a tensor is a guard of a traced function. Large transposes and broadcasts are views of their input
+on every eager path, and stay the values they were when the input's variable changes."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -97,3 +98,50 @@ def test_a_tensor_slice_bound_is_a_guard_of_a_traced_function():
     assert float(head_sum(jt.constant([2.0, 5.0, 2.0, 3.0, 4.0]))) == 7.0          # replayed
     assert float(head_sum(jt.constant([3.0, 1.0, 2.0, 3.0, 4.0]))) == 6.0          # the guard flips: a new trace
     assert head_sum.trace_count == 2
+
+
+LARGE = (300, 200)      # 60,000 entries: above jitape.ops.shape._VIEWS_FROM
+
+
+@pytest.mark.parametrize("name,op,reference", [
+    ("transpose", lambda t: jt.transpose(t), lambda a: a.T),
+    ("batched transpose", lambda t: jt.transpose(jt.reshape(t, (3, 100, 200)), (0, 2, 1)),
+     lambda a: np.transpose(a.reshape(3, 100, 200), (0, 2, 1))),
+    ("broadcast of a column", lambda t: jt.broadcast_to(t[:, :1], LARGE), lambda a: np.broadcast_to(a[:, :1], LARGE)),
+    ("broadcast of a row", lambda t: t[:1] * jt.ones(LARGE, jt.float64), lambda a: a[:1] * np.ones(LARGE)),
+])
+def test_large_transposes_and_broadcasts_are_views_on_every_path(name, op, reference):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(LARGE)
+    weights = rng.standard_normal(reference(a).shape)
+    x = jt.constant(a)
+    y = op(x)
+    np.testing.assert_array_equal(y.numpy(), reference(a))
+    if name.startswith("broadcast of a column"):
+        assert 0 in y._value.strides            # repeats the column's memory
+    elif name.endswith("transpose"):
+        assert np.shares_memory(y._value, x._value)
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        total = jt.reduce_sum(jt.exp(op(x)) * weights)
+    expected = jt.constant(np.zeros(LARGE))
+    with jt.GradientTape() as outer:       # the recorded Python VJPs: the reference of the compiled sweep
+        outer.watch(x)
+        recorded = jt.reduce_sum(jt.exp(op(x)) * weights)
+        expected = outer.gradient(recorded, x)
+    np.testing.assert_allclose(tape.gradient(total, x).numpy(), expected.numpy(), rtol=1e-13)
+    g = jt.grad(lambda v: jt.reduce_sum(jt.exp(op(v)) * weights))
+    g(x)
+    np.testing.assert_allclose(g(x).numpy(), expected.numpy(), rtol=1e-13)
+
+
+def test_a_transposed_variable_keeps_its_values_when_the_variable_changes():
+    v = jt.Variable(np.arange(60_000.0).reshape(LARGE))
+    before = jt.transpose(v)
+    step = jt.function(lambda: v.assign(v * 2.0))
+    step()
+    step()                                  # a replay: may write the variable's array in place, never a shared one
+    np.testing.assert_array_equal(before.numpy(), np.arange(60_000.0).reshape(LARGE).T)
+    np.testing.assert_array_equal(v.numpy(), 4 * np.arange(60_000.0).reshape(LARGE))
+    v.assign_add(jt.ones(LARGE, jt.float64))
+    np.testing.assert_array_equal(before.numpy(), np.arange(60_000.0).reshape(LARGE).T)
