@@ -8,7 +8,8 @@ writes out[starts + i * steps] = in[i] into zeros.
 
 TRANSPOSE, SLICE and PAD that keep the last axis contiguous walk runs of it
 (an odometer over the leading axes, nothing allocated per entry); a TRANSPOSE
-that is a (batched) matrix transpose copies square tiles; a TILE that
+that is a (batched) matrix transpose, of entries or of runs along a last axis
+it keeps, copies square tiles (ahead of the runs: cache-friendly); a TILE that
 broadcasts walks runs of its merged axes (copies, fills, and row sums in
 reverse); other rank-generic maps are built once as an index map (an odometer
 walk, no divmod per element) and then gather forward / scatter-add in reverse
@@ -298,7 +299,8 @@ def leading_broadcast_block(op, iattr, a):
 @njit(cache=True, error_model="numpy")
 def swapped_axes(iattr, a):
     """A TRANSPOSE that, its axes of one entry dropped and neighbouring input axes it keeps together merged,
-    swaps the last two axes of [B, M, N] (a matrix transpose, batched): (B, M, N); else (0, 0, 0)."""
+    swaps the middle two axes of [B, M, N, R] (a matrix transpose, batched, of runs of R entries that stay
+    last): (B, M, N, R); else (0, 0, 0, 0)."""
     rank = iattr[a]
     in_dims = iattr[a + 1:a + 1 + rank]
     perm = iattr[a + 1 + rank:a + 1 + 2 * rank]
@@ -322,14 +324,42 @@ def swapped_axes(iattr, a):
             firsts[m] = position[axis]
             m += 1
         last = position[axis]
+    run = 1
+    if m >= 2 and firsts[m - 1] == firsts[:m].max():      # the input's last group stays last
+        m -= 1
+        run = sizes[m]
     if m == 2 and firsts[0] > firsts[1]:
-        return 1, sizes[1], sizes[0]
+        return 1, sizes[1], sizes[0], run
     if m == 3 and firsts[0] < firsts[2] < firsts[1]:
-        return sizes[0], sizes[2], sizes[1]
-    return 0, 0, 0
+        return sizes[0], sizes[2], sizes[1], run
+    return 0, 0, 0, 0
 
 
 _EDGE = 64      # a transpose's square tiles: both sides of one stay in cache
+
+
+@njit(cache=True, error_model="numpy")
+def _swap_middle_two(src, dst, add):
+    """dst[b, j, i, :] (+)= src[b, i, j, :] for [B, M, N, R] src and [B, N, M, R] dst, tile by tile (runs of
+    one entry: _EDGE x _EDGE entries; longer runs: fewer, each run a vector loop)."""
+    B, M, N, R = src.shape
+    if R == 1:
+        _swap_last_two(src.reshape(B, M, N), dst.reshape(B, N, M), add)
+        return
+    edge = max(8, _EDGE // R)
+    for b in range(B):
+        for i0 in range(0, M, edge):
+            i1 = min(i0 + edge, M)
+            for j0 in range(0, N, edge):
+                j1 = min(j0 + edge, N)
+                for j in range(j0, j1):
+                    for i in range(i0, i1):
+                        if add:
+                            for r in range(R):
+                                dst[b, j, i, r] += src[b, i, j, r]
+                        else:
+                            for r in range(R):
+                                dst[b, j, i, r] = src[b, i, j, r]
 
 
 @njit(cache=True, error_model="numpy")
@@ -351,17 +381,6 @@ def _swap_last_two(src, dst, add):
 
 
 @njit(cache=True, error_model="numpy")
-def _swap_last_two_rows(src, dst):
-    """dst[b, j, i, :] += src[b, i, j, :] for rows of K columns: column by column (one column: plain arrays)."""
-    K = src.shape[3]
-    if K == 1:
-        _swap_last_two(src.reshape(src.shape[:3]), dst.reshape(dst.shape[:3]), True)
-        return
-    for k in range(K):
-        _swap_last_two(src[:, :, :, k], dst[:, :, :, k], True)
-
-
-@njit(cache=True, error_model="numpy")
 def mapped_forward(op, iattr, a, x, out):
     if op == oc.TILE:
         dims, steps = broadcast_axes(iattr, a, 1)
@@ -369,9 +388,9 @@ def mapped_forward(op, iattr, a, x, out):
             _broadcast_walk(dims, steps, x, out, True, False)
             return
     if op == oc.TRANSPOSE:
-        B, M, N = swapped_axes(iattr, a)
+        B, M, N, R = swapped_axes(iattr, a)
         if B:
-            _swap_last_two(x.reshape(B, M, N), out.reshape(B, N, M), False)
+            _swap_middle_two(x.reshape(B, M, N, R), out.reshape(B, N, M, R), False)
             return
     if op == oc.PAD:
         out[:] = 0
@@ -432,12 +451,12 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
                             not transpose, True)
             return
     if op == oc.TRANSPOSE:
-        B, M, N = swapped_axes(iattr, a)
+        B, M, N, R = swapped_axes(iattr, a)
         if B and transpose:
-            _swap_last_two_rows(out_rows.reshape(B, N, M, K), in_rows.reshape(B, M, N, K))
+            _swap_middle_two(out_rows.reshape(B, N, M, R * K), in_rows.reshape(B, M, N, R * K), True)
             return
         if B:
-            _swap_last_two_rows(in_rows.reshape(B, M, N, K), out_rows.reshape(B, N, M, K))
+            _swap_middle_two(in_rows.reshape(B, M, N, R * K), out_rows.reshape(B, N, M, R * K), True)
             return
     mapped, plain = (out_rows, in_rows) if op == oc.PAD else (in_rows, out_rows)
     if affine_runs(op, iattr, a, mapped.reshape(mapped.size), plain.reshape(plain.size), (op == oc.PAD) != transpose,
