@@ -1,8 +1,9 @@
 """TRANSPOSE, SLICE and PAD on every kernel path (runs along a contiguous last axis, matrix transposes in
 tiles, and index maps), broadcasts (a scalar's, short rows', long rows', along a last or middle axis),
 reductions and running sums over contiguous and strided axes on their K = 1 and K-column paths, and MAX/MIN's
-eight-lane forward, against numpy: replayed values, gradients (K = 1) and Jacobians (K columns), for last axes
-shorter and longer than a run and than a transpose's tile."""
+eight-lane forward, against numpy: replayed values, gradients (K = 1), HVPs (one tangent column and the
+second-order rules) and Jacobians (K columns), for last axes shorter and longer than a run and than a
+transpose's tile."""
 import numpy as np
 import pytest
 
@@ -39,6 +40,29 @@ def _replayed_and_recorded(op, reference, a, rng):
     return x, expected, weights, tape, y, total
 
 
+def _check_hessian_vector_products(op, x, weights, rng):
+    """An HVP of sum(op(x)^2 * weights) carries one tangent column through op and one cotangent back: the
+    compiled one of a persistent tape and jt.hessian_vector_product's replay against recorded nested tapes."""
+    v = jt.constant(rng.standard_normal(x.shape))
+
+    def squared(t):
+        return jt.reduce_sum(jt.square(op(t)) * weights)
+    with jt.GradientTape() as outer:
+        outer.watch(x)
+        with jt.GradientTape() as inner:
+            inner.watch(x)
+            h = squared(x)
+        recorded = outer.gradient(jt.reduce_sum(inner.gradient(h, x) * v), x).numpy()
+    atol = 1e-12 * max(1.0, np.abs(recorded).max())
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        h = squared(x)
+    np.testing.assert_allclose(tape.hessian_vector_product(h, x, v).numpy(), recorded, rtol=1e-12, atol=atol)
+    hvp = jt.hessian_vector_product(squared)
+    hvp(v, x)
+    np.testing.assert_allclose(hvp(v, x).numpy(), recorded, rtol=1e-12, atol=atol)
+
+
 @pytest.mark.parametrize("last", [3, 7, 8, 20, 70])
 @pytest.mark.parametrize("name,op,reference", CASES, ids=[c[0] for c in CASES])
 def test_moves_on_every_path(name, op, reference, last):
@@ -57,6 +81,7 @@ def test_moves_on_every_path(name, op, reference, last):
     grad = jt.grad(lambda v: jt.reduce_sum(op(v) * weights))
     grad(x)
     np.testing.assert_array_equal(grad(x).numpy(), np.tensordot(weights, jacobian, weights.ndim))
+    _check_hessian_vector_products(op, x, weights, rng)
 
 
 SUMMED = [
@@ -98,6 +123,7 @@ def test_broadcasts_and_reductions_on_every_path(name, op, reference, last):
     grad = jt.grad(lambda v: jt.reduce_sum(op(v) * weights))
     grad(x)
     np.testing.assert_allclose(grad(x).numpy(), recorded.numpy(), rtol=1e-13, atol=1e-13)
+    _check_hessian_vector_products(op, x, weights, rng)
     if a.size <= 300:
         jacobian = tape.jacobian(y, x).numpy()
         np.testing.assert_allclose(np.tensordot(weights, jacobian, np.ndim(expected)), recorded.numpy(),

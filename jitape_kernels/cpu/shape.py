@@ -276,27 +276,6 @@ def _broadcast_walk(dims, steps, single, repeated, into_repeated, add):
 
 
 @njit(cache=True, error_model="numpy")
-def leading_broadcast_block(op, iattr, a):
-    """For a TILE that only repeats the whole input along leading axes (a bias over a batch): the
-    input size; otherwise 0."""
-    if op != oc.TILE:
-        return 0
-    rank = iattr[a]
-    block = 1
-    leading = True
-    for d in range(rank):
-        n_in = iattr[a + 1 + d]
-        n_out = iattr[a + 1 + rank + d]
-        if leading and n_in == 1:
-            continue
-        leading = False
-        if n_in != n_out:
-            return 0
-        block *= n_in
-    return block
-
-
-@njit(cache=True, error_model="numpy")
 def swapped_axes(iattr, a):
     """A TRANSPOSE that, its axes of one entry dropped and neighbouring input axes it keeps together merged,
     swaps the middle two axes of [B, M, N, R] (a matrix transpose, batched, of runs of R entries that stay
@@ -343,7 +322,7 @@ def _swap_middle_two(src, dst, add):
     """dst[b, j, i, :] (+)= src[b, i, j, :] for [B, M, N, R] src and [B, N, M, R] dst, tile by tile (runs of
     one entry: _EDGE x _EDGE entries; longer runs: fewer, each run a vector loop)."""
     B, M, N, R = src.shape
-    if R == 1:
+    if R == 1:      # three-axis loops: with a run loop of one entry inside, 1.8x slower here
         _swap_last_two(src.reshape(B, M, N), dst.reshape(B, N, M), add)
         return
     edge = max(8, _EDGE // R)
