@@ -1,6 +1,7 @@
 """The executor: runs Programs on the current backend (jitape.backend): seeding the adjoint and tangent
 buffers, the reverse, tangent and second-order sweeps, chunking K columns to the memory budget, unpacking
 source results."""
+import sys
 import threading
 
 import numpy as np
@@ -10,7 +11,7 @@ from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
 
 from . import backend, config, recycling
 from .program import lower
-from .tensor import Tensor
+from .tensor import VIEWS_FROM, Tensor
 
 
 class _Workspace(threading.local):
@@ -18,6 +19,7 @@ class _Workspace(threading.local):
 
     Fresh multi-megabyte buffers cost a page fault per 4 KiB on first touch,
     more than an MLP's whole reverse sweep; buffers above jt.config.workspace_reuse_bytes are not kept.
+    A buffer that a gradient still views (see source_gradients) is not handed out again: a new one replaces it.
     """
 
     def __init__(self):
@@ -28,11 +30,12 @@ class _Workspace(threading.local):
         if size * dtype.itemsize > config.workspace_reuse_bytes:
             return np.empty(size, dtype)
         buf = self.buffers.get((name, dtype))
-        if buf is None or buf.size < size:
+        if buf is None or buf.size < size or sys.getrefcount(buf) > _HELD:
             buf = self.buffers[(name, dtype)] = np.empty(max(size, 1024), dtype)
         return buf[:size]
 
 
+_HELD = 3      # sys.getrefcount of a workspace buffer nothing else views: the dict's, take()'s name, the call's
 _workspace = _Workspace()
 
 
@@ -189,12 +192,25 @@ def source_gradients(program, seeds, sources):
     shapes and dtypes)."""
     blocks = [None if s is None else np.asarray(s._value if isinstance(s, Tensor) else s).reshape(-1, 1)
               for s in seeds]
-    adjoint = _unit_cotangents(program) if program.keeps_cotangents and _unit_seed(program, blocks) \
-        else reverse(program, blocks)
+    kept = program.keeps_cotangents and _unit_seed(program, blocks)
+    adjoint = _unit_cotangents(program) if kept else reverse(program, blocks)
+    # large gradients are read-only views of a workspace adjoint (it is not reused while they live: _Workspace),
+    # not copies, where that pins at most LENT_PER_GRADIENT times their entries; kept cotangents are copied
+    lend = not kept and LENT_PER_GRADIENT * sum(s.size for s in sources if s is not None) >= adjoint.size
     grads = []
     for s, block in zip(sources, source_blocks(program, adjoint)):
-        grads.append(None if block is None else Tensor(block[:, 0].astype(s.dtype).reshape(s.shape)[()]))
+        if block is None:
+            grads.append(None)
+        elif lend and block.size >= VIEWS_FROM and block.dtype == s.dtype:
+            value = block[:, 0].reshape(s.shape)
+            value.flags.writeable = False
+            grads.append(Tensor(value))
+        else:
+            grads.append(Tensor(block[:, 0].astype(s.dtype).reshape(s.shape)[()]))
     return grads
+
+
+LENT_PER_GRADIENT = 8
 
 
 def _columns_per_sweep(program, n, buffers=1):

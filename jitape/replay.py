@@ -115,10 +115,16 @@ def _leaf_key(leaf):
 def signature(args, kwargs):
     """(the key that selects a trace, the flat argument leaves). Positional tensors alone (the common call) take
     a shortcut that gives the same leaves and an equally distinctive key."""
-    if not kwargs and all(type(a) is Tensor and a._value.dtype.kind == "f" for a in args):
-        return ("tensors", tuple(("array", a._value.shape, a._value.dtype.str) for a in args)), list(args)
+    if not kwargs:
+        if not args:
+            return _NO_ARGUMENTS, []
+        if all(type(a) is Tensor and a._value.dtype.kind == "f" for a in args):
+            return ("tensors", tuple(("array", a._value.shape, a._value.dtype.str) for a in args)), list(args)
     leaves = nest.flatten((args, kwargs))
     return (_structure((args, kwargs)), tuple(_leaf_key(leaf) for leaf in leaves)), leaves
+
+
+_NO_ARGUMENTS = ("tensors", ())
 
 
 def _structure(x):
@@ -360,11 +366,16 @@ class Concrete:
         for variable, constant, start, stop, shape, dtype in self._write_spans:
             if constant is not None:
                 variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
+            elif not shape:         # 0-d: a numpy scalar, immutable, so never written in place
+                value = arena[start]
+                variable._value = value if value.dtype == dtype else dtype.type(value)
             elif not _overwrite(variable._value, arena, start, stop):
                 variable._value = _entries(arena, start, stop, shape, dtype)
         if self._single_output:
             constant, start, stop, shape, dtype = self._output_spans[0]
             return constant if start < 0 else Tensor(_entries(arena, start, stop, shape, dtype))
+        if not self._output_spans and self.structure is None:       # f returned None
+            return None
         leaves = [constant if start < 0 else Tensor(_entries(arena, start, stop, shape, dtype))
                   for constant, start, stop, shape, dtype in self._output_spans]
         return nest.pack_like(self.structure, leaves)
@@ -501,7 +512,9 @@ class Function:
         variants = self._variants.get(key)
         why = None
         if variants is not None:
-            for i, concrete in enumerate(variants):
+            if variants[0].run(leaves, self.backend, purpose):      # the common case: the last variant again
+                return variants[0], leaves, None
+            for i, concrete in enumerate(variants[1:], 1):
                 if concrete.run(leaves, self.backend, purpose):
                     if i:
                         variants.insert(0, variants.pop(i))

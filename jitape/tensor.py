@@ -14,6 +14,9 @@ from .tracing import _traces, assigned, observe, observe_all
 _ids = itertools.count(1)
 _floatx = np.dtype(np.float32)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# entries from which an eager transpose's or broadcast's value, or a gradient, may be a read-only view rather than
+# a copy (below, a copy costs less than np.broadcast_to's ~2 us, and keeps small values contiguous and unshared)
+VIEWS_FROM = 1 << 15
 
 
 def floatx() -> str:

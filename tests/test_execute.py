@@ -1,6 +1,8 @@
 """The edges of every derivative path (jitape/execute.py and the sweeps it runs): intermediate and repeated
 sources on the tangent paths, singular points, empty tensors, the batch row analysis, per-example gradients
 of batched parameters, and when an enclosing tape makes a derivative take the recorded path."""
+import weakref
+
 import numpy as np
 import pytest
 
@@ -489,3 +491,47 @@ def test_a_gradient_then_hvps_and_a_hessian_share_one_reverse_sweep(monkeypatch)
     np.testing.assert_array_equal(g.numpy(), fresh.gradient(c, centers).numpy())
     np.testing.assert_array_equal(h.numpy(), fresh.hessian(c, centers).numpy())
     np.testing.assert_allclose(h.numpy().reshape(12, 12) @ np.ones(12), hvps[0].numpy().reshape(-1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [100, 1 << 16])
+def test_a_gradient_lent_from_the_workspace_survives_later_sweeps(n):
+    """A large gradient is a read-only view of the workspace adjoint, not a copy: later gradients must take
+    another buffer while it lives, and give the same numbers as copies do."""
+    rng = np.random.default_rng(n)
+    xs = [jt.constant(rng.standard_normal(n)) for _ in range(3)]
+
+    def gradient(x):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = jt.reduce_logsumexp(x * 2.0)
+        return tape.gradient(y, x)
+
+    held = [gradient(x) for x in xs]        # each sweep while the earlier gradients live
+    for x, g in zip(xs, held):
+        v = 2.0 * x.numpy()
+        expected = 2.0 * np.exp(v - v.max()) / np.exp(v - v.max()).sum()
+        np.testing.assert_allclose(g.numpy(), expected, rtol=1e-12, atol=1e-300)
+        assert g.numpy().flags.writeable       # .numpy() copies
+    if n >= jt.tensor.VIEWS_FROM:
+        assert not held[0]._value.flags.writeable and held[0]._value.base is not None
+    assert np.array_equal(gradient(xs[0]).numpy(), held[0].numpy())
+
+
+def test_workspace_buffers_are_reused_once_no_gradient_views_them():
+    x = jt.constant(np.random.default_rng(0).standard_normal(1 << 16))
+
+    def gradient():
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = jt.reduce_sum(jt.exp(x))
+        return tape.gradient(y, x)
+
+    from jitape.execute import _workspace
+    gradient()
+    first = weakref.ref(_workspace.buffers[("adjoint", np.dtype(np.float64))])     # a reference would hold it
+    gradient()
+    assert _workspace.buffers[("adjoint", np.dtype(np.float64))] is first()     # the gradient died: reused
+    held = gradient()
+    gradient()
+    assert _workspace.buffers[("adjoint", np.dtype(np.float64))] is not first()  # held views the old one
+    np.testing.assert_array_equal(held.numpy(), np.exp(x.numpy()))

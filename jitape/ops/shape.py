@@ -13,7 +13,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 
 from ..recording import _state, packed_attributes
-from ..tensor import Tensor
+from ..tensor import VIEWS_FROM, Tensor
 from . import linalg as _linalg
 from . import reduction as _reduction
 from .core import Primitive, as_tensor, constant_value, emit, emit_rows, float_tensor, normalize_axis
@@ -103,7 +103,7 @@ def transpose(a, perm=None, conjugate=False, name=None):
         return Tensor(np.transpose(x._value, perm).copy())
     value = np.transpose(x._value, perm)
     # large: the view (as a broadcast's; matmul and the elementwise ops read strided operands in place)
-    return emit(_transpose, (x,), value if value.size >= _VIEWS_FROM else value.copy(), perm,
+    return emit(_transpose, (x,), value if value.size >= VIEWS_FROM else value.copy(), perm,
                 (x.ndim,) + x.shape + perm)
 
 
@@ -114,14 +114,11 @@ def _tile_np(x, in_dims, reps):
     return np.tile(np.reshape(x, in_dims), reps)
 
 
-_VIEWS_FROM = 1 << 15   # entries: from here, a transpose's or broadcast's eager value is a view (below, a copy
-                        # costs less than np.broadcast_to's ~2 us, and keeps small values contiguous)
-
 
 def _broadcast_np(x, shape):
     # large: a read-only view (no pass over memory; the ops reading it broadcast as numpy does, and an arena
     # copies it only where a derivative reads it); small: a fresh contiguous array, a fifth of the view's cost
-    if math.prod(shape) >= _VIEWS_FROM:
+    if math.prod(shape) >= VIEWS_FROM:
         return np.broadcast_to(x, shape)
     out = np.empty(shape, x.dtype)
     out[...] = x

@@ -20,6 +20,7 @@ from numba import njit
 
 from .. import opcodes as oc
 from .interpreter import reverse_instruction
+from .workspace import new_work
 from .linalg import matmul_batch, matmul_reverse
 from .shape import leading_broadcast_block
 
@@ -328,12 +329,13 @@ def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint
     """Reverse sweep of a per_example_plan: row instructions on the one-column buffer, parameter
     instructions on the `batch`-column buffer, junctions splitting contributions by example."""
     batch = param_adjoint.shape[1]
+    work = new_work()
     for r in range(code.shape[0] - 1, -1, -1):
         if modes[r] == ROW:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work)
             continue
         if modes[r] == PARAM:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work)
             continue
         op = code[r, oc.OP]
         a = code[r, oc.ATTR]

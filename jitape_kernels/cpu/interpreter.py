@@ -15,6 +15,7 @@ from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, s
                      solve_reverse)
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
 from .shape import mapped_forward, mapped_linear, moved_forward, moved_linear
+from .workspace import new_work
 
 
 # elementwise instructions of at most this many entries run the per-element rules inline (as scalars do):
@@ -34,19 +35,25 @@ def params(op, iattr, fattr, a):
 @njit(cache=True, error_model="numpy")
 def forward_sweep(code, slots, iattr, fattr, arena):
     """Recompute every instruction's output in the arena from its inputs, in program order."""
-    r = 0
-    while r < code.shape[0]:
-        r = _scalar_rows_forward(code, r, slots, iattr, fattr, arena)
-        if r < code.shape[0]:
-            _forward_row(code, r, slots, iattr, fattr, arena)
+    _forward_span(code, 0, code.shape[0], slots, iattr, fattr, arena, new_work())
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work):
+    """forward_sweep over rows r0..r1-1, with the sweep's workspace (jitape_kernels.cpu.workspace)."""
+    r = r0
+    while r < r1:
+        r = _scalar_rows_forward(code, r, r1, slots, iattr, fattr, arena)
+        if r < r1:
+            _forward_row(code, r, slots, iattr, fattr, arena, work)
             r += 1
 
 
 @njit(cache=True, error_model="numpy")
-def _scalar_rows_forward(code, r0, slots, iattr, fattr, arena):
-    """forward_sweep over rows r0, r0+1, ... while they are scalar elementwise rows; the first row that is not
-    (code.shape[0]: none). A loop of its own, as _scalar_rows_reverse."""
-    for r in range(r0, code.shape[0]):
+def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
+    """forward_sweep over rows r0, r0+1, ... (before r1) while they are scalar elementwise rows; the first row
+    that is not (r1: none). A loop of its own, as _scalar_rows_reverse."""
+    for r in range(r0, r1):
         op = code[r, oc.OP]
         if op > oc.BINARY_LAST or slots[code[r, oc.OUT], oc.SIZE] != 1:
             return r
@@ -57,11 +64,11 @@ def _scalar_rows_forward(code, r0, slots, iattr, fattr, arena):
             arena[o] = unary_value(op, arena[i0], p0, p1)
         else:
             arena[o] = binary_value(op, arena[i0], arena[code[r, oc.IN1_OFF]])
-    return code.shape[0]
+    return r1
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_row(code, r, slots, iattr, fattr, arena):
+def _forward_row(code, r, slots, iattr, fattr, arena, work):
     """forward_sweep's work for row r."""
     op = code[r, oc.OP]
     a = code[r, oc.ATTR]
@@ -97,7 +104,7 @@ def _forward_row(code, r, slots, iattr, fattr, arena):
     elif op == oc.CUMSUM:
         cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0)
     elif op <= oc.PAD:
-        mapped_forward(op, iattr, a, x, out)
+        mapped_forward(op, iattr, a, x, out, work)
     elif op <= oc.GATHER:
         moved_forward(op, iattr, a, x, out)
     elif op == oc.MATMUL:
@@ -147,7 +154,7 @@ def fused_forward(code, r0, r1, iattr, fattr, arena, places, scratch, size):
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch):
+def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch, work):
     """forward_sweep over rows r0..r1-1, running the fused groups that `fused` marks (fused[r] > r: rows
     r..fused[r]-1) block by block."""
     r = r0
@@ -159,12 +166,12 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
         q = r + 1
         while q < r1 and fused[q] <= q:
             q += 1
-        forward_sweep(code[r:q], slots, iattr, fattr, arena)
+        _forward_span(code, r, q, slots, iattr, fattr, arena, work)
         r = q
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0=False, assign1=False):
+def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, assign0=False, assign1=False):
     """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs.
     assign0/assign1: input 0's / input 1's rows are first written here and hold no values yet (only the
     kernels that `sets_first_write` names take them: they set those rows; the caller zeroes the others')."""
@@ -225,7 +232,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0=Fa
         cumsum_linear(g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
                       transpose)
     elif op <= oc.PAD:
-        mapped_linear(op, iattr, a, g_out, g0, transpose)
+        mapped_linear(op, iattr, a, g_out, g0, transpose, work)
     elif op <= oc.GATHER:
         moved_linear(op, iattr, a, g_out, g0, transpose)
     else:
@@ -261,6 +268,12 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
     Rows whose output is inactive were pruned at lowering; an inactive input
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
+    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work())
+
+
+@njit(cache=True, error_model="numpy")
+def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work):
+    """reverse_sweep with a workspace (jitape_kernels.cpu.workspace)."""
     K = adjoint.shape[1]
     flat = adjoint.reshape(adjoint.size)
     r = code.shape[0] - 1
@@ -269,7 +282,7 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
             r = _scalar_rows_reverse(code, r, slots, iattr, fattr, arena, flat, written)
             if r < 0:
                 break
-        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written)
+        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work)
         r -= 1
 
 
@@ -321,7 +334,7 @@ def _scalar_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
 
 
 @njit(cache=True, error_model="numpy")
-def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written):
+def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work):
     """reverse_sweep's work for row r."""
     K = adjoint.shape[1]
     if not written[code[r, oc.OUT]]:
@@ -374,7 +387,7 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written):
                 assign1 = True
             else:
                 adjoint[j:j + slots[s, oc.SIZE]] = 0
-    reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, assign0, assign1)
+    reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, assign0, assign1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -395,9 +408,10 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     fused, places, scratch   the fused groups of a run layout (jitape_kernels.layout; fused all 0: none)
     """
     written = np.zeros(slots.shape[0], np.bool_)
+    work = new_work()
     start = 0
     for s in range(steps.shape[0]):
-        _forward_rows(code, start, steps[s, 0], slots, iattr, fattr, arena, fused, places, scratch)
+        _forward_rows(code, start, steps[s, 0], slots, iattr, fattr, arena, fused, places, scratch, work)
         written[:] = False
         seed = steps[s, 3]
         if seed >= 0:
@@ -408,7 +422,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                 for i in range(min(steps[s, 4], adjoint.shape[1])):
                     adjoint[seed + i, i] = 1
             written[steps[s, 7]] = True
-            reverse_sweep(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written)
+            _reverse_rows(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written, work)
         for m in range(steps[s, 5], steps[s, 6]):
             row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
             if offset < 0:
@@ -419,7 +433,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
             for i in range(size):
                 arena[offset + i] = adjoint[row + i, 0] if row >= 0 and written[source] else 0
         start = steps[s, 0]
-    _forward_rows(code, start, code.shape[0], slots, iattr, fattr, arena, fused, places, scratch)
+    _forward_rows(code, start, code.shape[0], slots, iattr, fattr, arena, fused, places, scratch, work)
     for g in range(guards.shape[0]):
         offset, size, e = guards[g, 0], guards[g, 1], guards[g, 2]
         for i in range(size):

@@ -57,25 +57,27 @@ def _further(value, best, largest):
     return value if ((value > best if largest else value < best) or value != value) else best
 
 
-LANES = 8      # running extrema per row: a vector register's worth, so the row loop vectorises
-
-
 @njit(cache=True, error_model="numpy")
 def _extrema_of_rows(x2, out, largest):
-    """out[o] = the largest (smallest) of row o, NaN if any entry is."""
+    """out[o] = the largest (smallest) of row o, NaN if any entry is: eight running extrema in registers (a
+    vector register's worth), so the row loop vectorises."""
     outer, n = x2.shape
-    init = -np.inf if largest else np.inf
-    lanes = np.empty(LANES, x2.dtype)
-    stop = n - n % LANES
+    init = x2.dtype.type(-np.inf if largest else np.inf)
+    stop = n - n % 8
     for o in range(outer):
-        for j in range(LANES):
-            lanes[j] = init
-        for b in range(0, stop, LANES):
-            for j in range(LANES):
-                lanes[j] = _further(x2[o, b + j], lanes[j], largest)
-        best = init
-        for j in range(LANES):
-            best = _further(lanes[j], best, largest)
+        r0 = r1 = r2 = r3 = r4 = r5 = r6 = r7 = init
+        for b in range(0, stop, 8):
+            r0 = _further(x2[o, b], r0, largest)
+            r1 = _further(x2[o, b + 1], r1, largest)
+            r2 = _further(x2[o, b + 2], r2, largest)
+            r3 = _further(x2[o, b + 3], r3, largest)
+            r4 = _further(x2[o, b + 4], r4, largest)
+            r5 = _further(x2[o, b + 5], r5, largest)
+            r6 = _further(x2[o, b + 6], r6, largest)
+            r7 = _further(x2[o, b + 7], r7, largest)
+        best = _further(r1, r0, largest)
+        for r in (r2, r3, r4, r5, r6, r7):
+            best = _further(r, best, largest)
         for a in range(stop, n):
             best = _further(x2[o, a], best, largest)
         out[o] = best
@@ -136,42 +138,46 @@ def lane_sum(x, start, n):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def row_sum(x2, o, lanes):
+def row_sum(x2, o):
     """Row o of x2 summed as lane_sum sums a contiguous block (its order, so the same number), indexed from
-    loop counters (see reduce_forward); `lanes` is LANES entries of scratch."""
+    loop counters (see reduce_forward), the eight running sums in registers."""
     n = x2.shape[1]
-    stop = n - n % LANES
-    for j in range(LANES):
-        lanes[j] = 0
-    for b in range(0, stop, LANES):
-        for j in range(LANES):
-            lanes[j] += x2[o, b + j]
-    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    if n < 8:
+        total = x2.dtype.type(0)
+        for a in range(n):
+            total += x2[o, a]
+        return total
+    r0, r1, r2, r3 = x2[o, 0], x2[o, 1], x2[o, 2], x2[o, 3]
+    r4, r5, r6, r7 = x2[o, 4], x2[o, 5], x2[o, 6], x2[o, 7]
+    stop = n - n % 8
+    for b in range(8, stop, 8):
+        r0 += x2[o, b]
+        r1 += x2[o, b + 1]
+        r2 += x2[o, b + 2]
+        r3 += x2[o, b + 3]
+        r4 += x2[o, b + 4]
+        r5 += x2[o, b + 5]
+        r6 += x2[o, b + 6]
+        r7 += x2[o, b + 7]
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     for a in range(stop, n):
         total += x2[o, a]
     return total
 
 
 @njit(cache=True, error_model="numpy")
-def _partials(op, x, y, base, n, inner, d):
-    """d[a] = d y / d x[base + a * inner] for one reduced entry y."""
-    if op == oc.SUM:
-        d[:] = 1.0
-    elif op == oc.PROD:
-        # product of all other entries, by suffix then prefix products: exact with zeros
-        if n == 0:
-            return
-        d[n - 1] = 1.0
-        for a in range(n - 2, -1, -1):
-            d[a] = d[a + 1] * x[base + (a + 1) * inner]
-        prefix = 1.0
-        for a in range(n):
-            d[a] *= prefix
-            prefix *= x[base + a * inner]
-    else:
-        share = 1.0 / _ties(x, y, base, n, inner)
-        for a in range(n):
-            d[a] = share if x[base + a * inner] == y else 0.0
+def _prod_partials(x, base, n, inner, d):
+    """d[a] = the product of the entries x[base + b * inner] other than a (PROD's partials), by suffix then prefix
+    products: exact with zeros."""
+    if n == 0:
+        return
+    d[n - 1] = 1.0
+    for a in range(n - 2, -1, -1):
+        d[a] = d[a + 1] * x[base + (a + 1) * inner]
+    prefix = 1.0
+    for a in range(n):
+        d[a] *= prefix
+        prefix *= x[base + a * inner]
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -202,12 +208,15 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, assig
         return
     if assign:
         in_rows[:] = 0
+    if op != oc.PROD:
+        _extremum_linear(x, y, out_rows, in_rows, outer, n, inner, transpose)
+        return
     d = np.empty(n)
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
             r = o * inner + i
-            _partials(op, x, y[r], base, n, inner, d)
+            _prod_partials(x, base, n, inner, d)
             for a in range(n):
                 e = base + a * inner
                 for k in range(K):
@@ -215,6 +224,27 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, assig
                         in_rows[e, k] += out_rows[r, k] * d[a]
                     else:
                         out_rows[r, k] += d[a] * in_rows[e, k]
+
+
+@njit(cache=True, error_model="numpy")
+def _extremum_linear(x, y, out_rows, in_rows, outer, n, inner, transpose):
+    """MAX/MIN's Jacobian over K columns (each reduced entry's share split evenly between its tied extrema) with
+    no partials array: out += J in, or transposed in += J^T out."""
+    K = out_rows.shape[1]
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            r = o * inner + i
+            share = 1.0 / _ties(x, y[r], base, n, inner)
+            for a in range(n):
+                e = base + a * inner
+                if x[e] != y[r]:
+                    continue
+                for k in range(K):
+                    if transpose:
+                        in_rows[e, k] += out_rows[r, k] * share
+                    else:
+                        out_rows[r, k] += share * in_rows[e, k]
 
 
 @njit(cache=True, error_model="numpy")
@@ -271,9 +301,8 @@ def _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign):
         if transpose:
             _sum_transposed_rows(out_flat, in2, assign)
         else:
-            lanes = np.empty(LANES, in2.dtype)
             for o in range(outer):
-                out_flat[o] += row_sum(in2, o, lanes)
+                out_flat[o] += row_sum(in2, o)
         return
     if K == 1:
         _sum_across_rows(out_rows.reshape(outer, inner), in_rows.reshape(outer, n, inner), transpose, assign)

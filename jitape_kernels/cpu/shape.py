@@ -24,21 +24,25 @@ import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
-from .reduction import LANES, row_sum
+from .reduction import row_sum
+from .workspace import region
 
 
 @njit(cache=True, error_model="numpy")
-def _strides(dims):
+def _strides(dims, s):
+    """The row-major strides of dims, written into s (dims.size entries)."""
     rank = dims.size
-    s = np.ones(rank, np.int64)
+    if rank:
+        s[rank - 1] = 1
     for d in range(rank - 2, -1, -1):
         s[d] = s[d + 1] * dims[d + 1]
     return s
 
 
 @njit(cache=True, error_model="numpy")
-def affine_map(dims, base, steps):
-    """For every index of `dims` in row-major order: base + sum(index[d] * steps[d])."""
+def affine_map(dims, base, steps, index):
+    """For every index of `dims` in row-major order: base + sum(index[d] * steps[d]) (index: dims.size entries
+    of scratch)."""
     rank = dims.size
     size = 1
     for d in range(rank):
@@ -46,7 +50,8 @@ def affine_map(dims, base, steps):
     out = np.empty(size, np.int64)
     if size == 0:
         return out
-    idx = np.zeros(rank, np.int64)
+    idx = index
+    idx[:] = 0
     pos = base
     for e in range(size):
         out[e] = pos
@@ -71,18 +76,20 @@ def _odometer_step(index, dims, steps, position, last):
 
 
 @njit(cache=True, error_model="numpy")
-def tile_map(in_dims, out_dims):
+def tile_map(in_dims, out_dims, work):
     """For every index of out_dims: the row-major offset of (index mod in_dims) in in_dims."""
     rank = out_dims.size
-    in_strides = _strides(in_dims)
+    in_strides = _strides(in_dims, region(work, 0, rank))
     size = 1
     for d in range(rank):
         size *= out_dims[d]
     out = np.empty(size, np.int64)
     if size == 0:
         return out
-    idx = np.zeros(rank, np.int64)
-    wrapped = np.zeros(rank, np.int64)
+    idx = region(work, 1, rank)
+    wrapped = region(work, 2, rank)
+    idx[:] = 0
+    wrapped[:] = 0
     pos = 0
     for e in range(size):
         out[e] = pos
@@ -104,16 +111,16 @@ def tile_map(in_dims, out_dims):
 
 
 @njit(cache=True, error_model="numpy")
-def affine_spec(op, iattr, a):
+def affine_spec(op, iattr, a, work):
     """TRANSPOSE, SLICE and PAD as an affine map (dims, base, steps): index i of dims (row-major) goes to offset
-    base + sum(i[d] * steps[d]); output -> input, PAD's input -> output."""
+    base + sum(i[d] * steps[d]); output -> input, PAD's input -> output. Regions 0-2 of `work`."""
     rank = iattr[a]
     in_dims = iattr[a + 1:a + 1 + rank]
     third = iattr[a + 1 + rank:a + 1 + 2 * rank]
-    steps = np.empty(rank, np.int64)
+    steps = region(work, 0, rank)
+    dims = region(work, 1, rank)
     if op == oc.TRANSPOSE:
-        in_strides = _strides(in_dims)
-        dims = np.empty(rank, np.int64)
+        in_strides = _strides(in_dims, region(work, 2, rank))
         for d in range(rank):
             dims[d] = in_dims[third[d]]
             steps[d] = in_strides[third[d]]
@@ -122,36 +129,37 @@ def affine_spec(op, iattr, a):
     window_steps = iattr[a + 1 + 3 * rank:a + 1 + 4 * rank]
     # the window starts + i * window_steps of the larger shape, for every index i of the smaller
     large, small = (in_dims, third) if op == oc.SLICE else (third, in_dims)
-    large_strides = _strides(large)
+    large_strides = _strides(large, region(work, 2, rank))
     base = 0
     for d in range(rank):
         base += starts[d] * large_strides[d]
         steps[d] = window_steps[d] * large_strides[d]
-    return small.copy(), base, steps
+        dims[d] = small[d]
+    return dims, base, steps
 
 
 @njit(cache=True, error_model="numpy")
-def index_map(op, iattr, a):
+def index_map(op, iattr, a, work):
     """The map of a rank-generic op. TRANSPOSE/TILE/SLICE map output -> input; PAD maps input -> output."""
     if op == oc.TILE:
         rank = iattr[a]
-        return tile_map(iattr[a + 1:a + 1 + rank], iattr[a + 1 + rank:a + 1 + 2 * rank])
-    dims, base, steps = affine_spec(op, iattr, a)
-    return affine_map(dims, base, steps)
+        return tile_map(iattr[a + 1:a + 1 + rank], iattr[a + 1 + rank:a + 1 + 2 * rank], work)
+    dims, base, steps = affine_spec(op, iattr, a, work)
+    return affine_map(dims, base, steps, region(work, 3, dims.size))
 
 
 _MIN_RUN = 8        # entries per run (last axis x K columns) from which runs beat an index map
 
 
 @njit(cache=True, error_model="numpy")
-def affine_runs(op, iattr, a, mapped, plain, into_mapped, add, K):
+def affine_runs(op, iattr, a, mapped, plain, into_mapped, add, K, work):
     """TRANSPOSE, SLICE or PAD without an index map when its map keeps the last axis contiguous (step 1) and
     that axis has at least _MIN_RUN entries (times K): run by run, plain rows in order against mapped rows
     where affine_spec sends them, on flat views of [size, K] buffers. into_mapped: mapped (+)= plain, else
     plain (+)= mapped; add: accumulate rather than set. False (nothing done) when the map does not qualify."""
     if op == oc.TILE:
         return False
-    dims, base, steps = affine_spec(op, iattr, a)
+    dims, base, steps = affine_spec(op, iattr, a, work)
     rank = dims.size
     if rank == 0 or steps[rank - 1] != 1 or dims[rank - 1] * K < _MIN_RUN:
         return False
@@ -159,7 +167,8 @@ def affine_runs(op, iattr, a, mapped, plain, into_mapped, add, K):
     runs = 1
     for d in range(rank - 1):
         runs *= dims[d]
-    index = np.zeros(rank, np.int64)
+    index = region(work, 3, rank)
+    index[:] = 0
     position = base
     for p in range(runs):
         # views of the run: indexed from the loop counter, not from computed offsets (see reduction.py)
@@ -203,14 +212,14 @@ def leading_broadcast_block(op, iattr, a):
 
 
 @njit(cache=True, error_model="numpy")
-def broadcast_axes(iattr, a, K):
+def broadcast_axes(iattr, a, K, work):
     """A TILE that broadcasts (every input axis 1 or the output's), over rows of K columns, as collapsed axes:
     (dims, steps), neighbouring output axes merged while all repeat the input or none does, the K columns a
     last axis that does not; steps[d] is the input's stride along axis d, 0 where it repeats. Empty arrays for
-    a TILE that repeats more than single entries."""
+    a TILE that repeats more than single entries. Regions 0-2 of `work`."""
     rank = iattr[a]
-    dims = np.empty(rank + 1, np.int64)
-    repeats = np.empty(rank + 1, np.bool_)
+    dims = region(work, 0, rank + 1)
+    repeats = region(work, 1, rank + 1)        # 1 where the axis repeats the input
     m = 0
     for d in range(rank + 1):
         n_in = iattr[a + 1 + d] if d < rank else K
@@ -219,7 +228,7 @@ def broadcast_axes(iattr, a, K):
             return dims[:0], dims[:0]
         if n_out == 1:
             continue
-        if m and repeats[m - 1] == (n_in != n_out):
+        if m and (repeats[m - 1] != 0) == (n_in != n_out):
             dims[m - 1] *= n_out
         else:
             dims[m] = n_out
@@ -227,7 +236,7 @@ def broadcast_axes(iattr, a, K):
             m += 1
     if m == 0:                                      # a single entry
         dims[0], repeats[0], m = 1, False, 1
-    steps = np.empty(m, np.int64)
+    steps = region(work, 2, m)
     stride = 1
     for d in range(m - 1, -1, -1):
         steps[d] = 0 if repeats[d] else stride
@@ -236,10 +245,11 @@ def broadcast_axes(iattr, a, K):
 
 
 @njit(cache=True, error_model="numpy")
-def _broadcast_walk(dims, steps, single, repeated, into_repeated, add):
+def _broadcast_walk(dims, steps, single, repeated, into_repeated, add, work):
     """Between a flat buffer and its broadcast over `dims` (broadcast_axes): repeated (+)= the broadcast of
     single (into_repeated; add: accumulate), else single += the sums over its repeats. Run by run along the last
-    axis (a copy or a fill; a row sum in reverse), arrays indexed from loop counters (see reduce_forward)."""
+    axis (a copy or a fill; a row sum in reverse), arrays indexed from loop counters (see reduce_forward).
+    Regions 3-4 of `work`."""
     m = dims.size
     run = dims[m - 1]
     if repeated.size == 0:
@@ -248,13 +258,15 @@ def _broadcast_walk(dims, steps, single, repeated, into_repeated, add):
     repeated2 = repeated.reshape(runs, run)
     width = 1 if steps[m - 1] == 0 else run         # single as rows: each run reads one row of it
     single2 = single.reshape(single.size // width, width)
-    row_steps = steps // width
-    index = np.zeros(m, np.int64)
-    lanes = np.empty(LANES, single.dtype)
+    row_steps = region(work, 3, m)
+    index = region(work, 4, m)
+    for d in range(m):
+        row_steps[d] = steps[d] // width
+        index[d] = 0
     row = 0
     for p in range(runs):
         if width == 1 and not into_repeated:
-            single2[row, 0] += row_sum(repeated2, p, lanes)
+            single2[row, 0] += row_sum(repeated2, p)
         elif width == 1:
             value = single2[row, 0]
             if add:
@@ -276,20 +288,20 @@ def _broadcast_walk(dims, steps, single, repeated, into_repeated, add):
 
 
 @njit(cache=True, error_model="numpy")
-def swapped_axes(iattr, a):
+def swapped_axes(iattr, a, work):
     """A TRANSPOSE that, its axes of one entry dropped and neighbouring input axes it keeps together merged,
     swaps the middle two axes of [B, M, N, R] (a matrix transpose, batched, of runs of R entries that stay
-    last): (B, M, N, R); else (0, 0, 0, 0)."""
+    last): (B, M, N, R); else (0, 0, 0, 0). Regions 0-2 of `work`."""
     rank = iattr[a]
     in_dims = iattr[a + 1:a + 1 + rank]
     perm = iattr[a + 1 + rank:a + 1 + 2 * rank]
-    position = np.empty(rank, np.int64)        # an input axis's place among the axes of more than one entry
+    position = region(work, 0, rank)           # an input axis's place among the axes of more than one entry
     count = 0
     for d in range(rank):
         position[d] = count
         count += in_dims[d] != 1
-    sizes = np.empty(rank, np.int64)
-    firsts = np.empty(rank, np.int64)
+    sizes = region(work, 1, rank)
+    firsts = region(work, 2, rank)
     m = 0
     last = -2
     for d in range(rank):                       # output axes, merged while they are input axes in order
@@ -314,6 +326,7 @@ def swapped_axes(iattr, a):
     return 0, 0, 0, 0
 
 
+_SHORT = 8      # a broadcast's rows shorter than this sum per entry (_short_rows_sum)
 _EDGE = 64      # a transpose's square tiles: both sides of one stay in cache
 
 
@@ -360,23 +373,24 @@ def _swap_last_two(src, dst, add):
 
 
 @njit(cache=True, error_model="numpy")
-def mapped_forward(op, iattr, a, x, out):
+def mapped_forward(op, iattr, a, x, out, work):
     if op == oc.TILE:
-        dims, steps = broadcast_axes(iattr, a, 1)
+        dims, steps = broadcast_axes(iattr, a, 1, work)
         if dims.size:
-            _broadcast_walk(dims, steps, x, out, True, False)
+            _broadcast_walk(dims, steps, x, out, True, False, work)
             return
     if op == oc.TRANSPOSE:
-        B, M, N, R = swapped_axes(iattr, a)
+        B, M, N, R = swapped_axes(iattr, a, work)
         if B:
             _swap_middle_two(x.reshape(B, M, N, R), out.reshape(B, N, M, R), False)
             return
     if op == oc.PAD:
         out[:] = 0
     # PAD writes the mapped side (its output), TRANSPOSE and SLICE read it (their input)
-    if affine_runs(op, iattr, a, out if op == oc.PAD else x, x if op == oc.PAD else out, op == oc.PAD, False, 1):
+    if affine_runs(op, iattr, a, out if op == oc.PAD else x, x if op == oc.PAD else out, op == oc.PAD, False, 1,
+                   work):
         return
-    m = index_map(op, iattr, a)
+    m = index_map(op, iattr, a, work)
     if op == oc.PAD:
         for e in range(m.size):
             out[m[e]] = x[e]
@@ -405,7 +419,7 @@ def _scatter_add(m, src, dst):
 
 @njit(cache=True, error_model="numpy")
 def _short_rows_sum(repeated, single):
-    """single[e] += the sum of repeated[j*n + e] over j, for rows of n < LANES entries: each entry's repeats
+    """single[e] += the sum of repeated[j*n + e] over j, for rows of n < _SHORT entries: each entry's repeats
     summed in a register (in memory, the loop would be a chain of loads and stores)."""
     n = single.size
     for e in range(n):
@@ -416,21 +430,21 @@ def _short_rows_sum(repeated, single):
 
 
 @njit(cache=True, error_model="numpy")
-def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
+def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work):
     """The op's map over K columns: out += map(in) (tangents; these ops are linear) or, transposed,
     in += map^T(out) (cotangents)."""
     K = out_rows.shape[1]
     if op == oc.TILE:
-        if transpose and 1 < leading_broadcast_block(op, iattr, a) * K < LANES:
+        if transpose and 1 < leading_broadcast_block(op, iattr, a) * K < _SHORT:
             _short_rows_sum(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size))
             return
-        dims, steps = broadcast_axes(iattr, a, K)
+        dims, steps = broadcast_axes(iattr, a, K, work)
         if dims.size:
             _broadcast_walk(dims, steps, in_rows.reshape(in_rows.size), out_rows.reshape(out_rows.size),
-                            not transpose, True)
+                            not transpose, True, work)
             return
     if op == oc.TRANSPOSE:
-        B, M, N, R = swapped_axes(iattr, a)
+        B, M, N, R = swapped_axes(iattr, a, work)
         if B and transpose:
             _swap_middle_two(out_rows.reshape(B, N, M, R * K), in_rows.reshape(B, M, N, R * K), True)
             return
@@ -439,9 +453,9 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose):
             return
     mapped, plain = (out_rows, in_rows) if op == oc.PAD else (in_rows, out_rows)
     if affine_runs(op, iattr, a, mapped.reshape(mapped.size), plain.reshape(plain.size), (op == oc.PAD) != transpose,
-                   True, K):
+                   True, K, work):
         return
-    m = index_map(op, iattr, a)
+    m = index_map(op, iattr, a, work)
     src, dst = (out_rows, in_rows) if transpose else (in_rows, out_rows)
     # PAD's map runs input -> output, the others' output -> input
     if (op == oc.PAD) == transpose:

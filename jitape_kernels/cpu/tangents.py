@@ -23,6 +23,7 @@ from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tange
                      solve_tangent)
 from .reduction import cumsum_linear, prod_second, reduce_linear
 from .shape import mapped_linear, moved_linear
+from .workspace import new_work
 
 
 @njit(cache=True, error_model="numpy")
@@ -117,6 +118,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
     transpose = tangent.shape[1] < 0      # run-time False: the reverse sweep's linear kernels serve as they are
     needed = _tangents_needed(code, slots, target)
     live = live_tangents(code, slots, seeded)
+    work = new_work()
     keep = np.zeros(slots.shape[0], np.bool_)
     for s in seeded:
         keep[s] = True
@@ -171,7 +173,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
             cumsum_linear(t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
                           transpose)
         elif op <= oc.PAD:
-            mapped_linear(op, iattr, a, t_out, t0, transpose)
+            mapped_linear(op, iattr, a, t_out, t0, transpose, work)
         elif op <= oc.GATHER:
             moved_linear(op, iattr, a, t_out, t0, transpose)
         else:
@@ -263,11 +265,12 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
     """
     written = np.zeros(slots.shape[0], np.bool_)
     live = live_tangents(code, slots, seeded)
+    work = new_work()
     for r in range(code.shape[0] - 1, -1, -1):
         if written[code[r, oc.OUT]]:
             for c in range(oc.IN0, oc.IN2 + 1):
                 _first_write(code, r, c, slots, written, adjoint_tangent)
-            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work)
         to0, to1 = _second_order_inputs(code[r, oc.OP], code, r)
         if to0:
             _first_write(code, r, oc.IN0, slots, written, adjoint_tangent)
