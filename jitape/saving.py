@@ -509,6 +509,8 @@ def _check_attributes(op, a, sizes, iattr, fattr, r, error):
         if op == oc.TILE:
             if any(o > 0 and i < 1 for i, o in zip(in_dims, third)):
                 raise bad("it tiles an empty dimension")
+            if any(i > 0 and o % i for i, o in zip(in_dims, third)):
+                raise bad("its output dimensions are not whole tiles of its input's")
             return
         starts, steps = block[1 + 2 * rank:1 + 3 * rank], block[1 + 3 * rank:1 + 4 * rank]
         large, small = (in_dims, third) if op == oc.SLICE else (third, in_dims)

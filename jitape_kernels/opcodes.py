@@ -27,7 +27,8 @@ elementwise          none, except ELU/SCALE/POWC/POLYGAMMA (fattr index) and CLI
 SUM/MAX/MIN/PROD     outer, n, inner          (reduce the middle axis of an [outer, n, inner] view)
 CUMSUM               outer, n, inner, exclusive, reverse   (running sums along the middle axis; linear)
 TRANSPOSE            rank, in_dims[rank], perm[rank]
-TILE                 rank, in_dims[rank], out_dims[rank]   (out[i] = in[i mod in_dims]; also broadcast_to)
+TILE                 rank, in_dims[rank], out_dims[rank]   (out[i] = in[i mod in_dims], out_dims multiples of
+                                                        in_dims; also broadcast_to)
 SLICE                rank, in_dims[rank], out_dims[rank], starts[rank], steps[rank]
 PAD                  rank, in_dims[rank], out_dims[rank], starts[rank], steps[rank]  (out[starts + i*steps] = in[i])
 PLACE                outer, n_in, inner, n_out, offset     (one concat operand into its output)

@@ -64,11 +64,24 @@ CASES = [
     ("transpose (1000, 25, 10) -> (25, 1000, 10)", SQUARE.reshape(-1)[:250_000].reshape(1000, 25, 10),
      lambda x: jt.transpose(x, (1, 0, 2)), lambda x: np.transpose(x, (1, 0, 2)).copy(),
      lambda x, g: np.transpose(g, (1, 0, 2)).copy()),
+    ("transpose (1000, 25, 10) -> (10, 25, 1000)", SQUARE.reshape(-1)[:250_000].reshape(1000, 25, 10),
+     lambda x: jt.transpose(x, (2, 1, 0)), lambda x: np.transpose(x, (2, 1, 0)).copy(),
+     lambda x, g: np.transpose(g, (2, 1, 0)).copy()),
+    ("tile (1000, 100) x (1, 10)", TALL.reshape(-1)[:100_000].reshape(1000, 100), lambda x: jt.tile(x, [1, 10]),
+     lambda x: np.tile(x, (1, 10)), lambda x, g: g.reshape(1000, 10, 100).sum(1)),
+    ("x[:, ::2] (1000, 1000)", SQUARE, lambda x: x[:, ::2], lambda x: x[:, ::2].copy(),
+     lambda x, g: _strided_pad(g, x.shape)),
     ("x[:, 1:] (1000, 1000)", SQUARE, lambda x: x[:, 1:], lambda x: x[:, 1:].copy(),
      lambda x, g: np.pad(g, ((0, 0), (1, 0)))),
     ("cumsum axis 1 (10000, 100)", TALL, lambda x: jt.math.cumsum(x, 1), lambda x: np.cumsum(x, 1),
      lambda x, g: np.cumsum(g[:, ::-1], 1)[:, ::-1]),
 ]
+
+
+def _strided_pad(g, shape):
+    out = np.zeros(shape)
+    out[:, ::2] = g
+    return out
 
 
 def _one_instruction(op, value):

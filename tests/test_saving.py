@@ -155,6 +155,26 @@ def test_crafted_files_raise_before_anything_runs(tmp_path, case):
         jt.load(crafted)
 
 
+def test_a_tile_whose_output_is_not_whole_tiles_is_refused(tmp_path):
+    """The kernels walk a TILE as (repeats, input axis) pairs: an output axis that is not a multiple of its input
+    axis (whose entry count still matches the slot) is refused when loaded."""
+    f = jt.function(lambda x: jt.reduce_sum(jt.tile(x, [1, 2]) ** 2))
+    x = jt.constant(np.arange(6.0).reshape(3, 2))
+    f(x)
+    path = tmp_path / "tile.npz"
+    jt.save(path, f)
+    assert float(jt.load(path)(x)) == 110.0
+
+    def edit(arrays, meta):
+        code, iattr = arrays[_code_key(meta)], arrays[meta["variants"][0]["iattr"]]
+        a = int(code[np.flatnonzero(code[:, oc.OP] == oc.TILE)[0], oc.ATTR])
+        assert list(iattr[a:a + 5]) == [2, 3, 2, 3, 4]
+        iattr[a + 3:a + 5] = [2, 6]         # 12 entries, as before, but 2 rows are not whole tiles of 3
+
+    with pytest.raises(jt.ProgramFileError, match="not whole tiles"):
+        jt.load(_rewrite(path, tmp_path / "crafted.npz", edit))
+
+
 def test_corrupt_and_foreign_files_raise(tmp_path):
     path, _, _, _ = _saved(tmp_path)
     data = path.read_bytes()

@@ -1,6 +1,6 @@
 """Sweeps allocate their kernels' metadata once (jitape_kernels.cpu.workspace), not per instruction: the number of
 numba allocations of a forward, reverse, tangent or second-order sweep does not grow with the number of
-broadcasts, transposes, slices, pads and reductions it runs."""
+broadcasts, tiles, transposes, slices, pads and reductions it runs (no index map, no scratch per instruction)."""
 import numpy as np
 import pytest
 from numba.core.runtime import _nrt_python as nrt
@@ -11,14 +11,18 @@ from jitape_kernels.cpu import forward_sweep
 
 
 def _chain(x, repeats):
-    """`repeats` rounds of broadcasts, a transpose, a slice, a pad and reductions (MAX and MIN over a contiguous
+    """`repeats` rounds of broadcasts, transposes (a swap of runs, a matrix transpose, a reversal of three axes),
+    slices (in runs and strided), pads, a tile of whole rows and reductions (MAX and MIN over a contiguous
     axis: over an outer one, their K = 1 cotangent keeps a row of tie counts, scratch of the tensor's size)."""
     y = x
     for _ in range(repeats):
         wide = jt.broadcast_to(jt.reduce_sum(y, axis=1, keepdims=True), (6, 40)) + jt.pad(jt.reduce_sum(y, axis=0), [[2, 2]])
         swapped = jt.transpose(jt.reshape(wide, (2, 3, 40)), (1, 0, 2))         # runs of 40 behind a swap
         cut = jt.pad(jt.reshape(swapped, (6, 40))[:, 4:36], [[0, 0], [2, 2]])   # slice and pad in runs
-        y = jt.tanh(cut + jt.reduce_min(y, axis=1, keepdims=True)) * jt.reduce_max(y, axis=1, keepdims=True)
+        reversed_axes = jt.reshape(jt.transpose(jt.reshape(y, (2, 3, 36)), (2, 1, 0)), (36, 6))    # strided runs
+        tiled = jt.tile(jt.transpose(reversed_axes)[:, ::2], [1, 2])       # a strided slice, tiles of rows
+        y = jt.tanh(cut + jt.reduce_min(y, axis=1, keepdims=True)) * jt.reduce_max(y, axis=1, keepdims=True) \
+            + 0.5 * tiled
     return jt.reduce_sum(y * y)
 
 

@@ -6,21 +6,20 @@ columns and they have no second-order terms.
 SLICE and PAD are each other's adjoint: SLICE reads in[starts + i * steps], PAD
 writes out[starts + i * steps] = in[i] into zeros.
 
-TRANSPOSE, SLICE and PAD that keep the last axis contiguous walk runs of it
-(an odometer over the leading axes, nothing allocated per entry); a TRANSPOSE
-that is a (batched) matrix transpose, of entries or of runs along a last axis
-it keeps, copies square tiles (ahead of the runs: cache-friendly); a TILE that
+A TRANSPOSE that is a (batched) matrix transpose, of entries or of runs along
+a last axis it keeps, copies square tiles (cache-friendly); a TILE that
 broadcasts walks runs of its merged axes (copies, fills, and row sums in
-reverse); other rank-generic maps are built once as an index map (an odometer
-walk, no divmod per element) and then gather forward / scatter-add in reverse
-through it; PLACE and GATHER compute their runs in closed form. Attribute
+reverse); every other TRANSPOSE, TILE, SLICE and PAD is an affine map
+(affine_spec) walked run by run along its last axis, an odometer over the
+others: a vector loop where the run is contiguous, a strided one where not.
+No map and no scratch is allocated: rank-sized metadata lives in the sweep's
+workspace (workspace.py). PLACE and GATHER compute their runs in closed form. Attribute
 blocks are laid out as documented in opcodes.py.
 
 Loops index arrays from loop counters (views, or reshaped arrays), not from
 computed offsets: numba wraps negative indices, and an offset LLVM cannot prove
 non-negative keeps a loop from vectorising (3-8x slower here).
 """
-import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
@@ -37,26 +36,6 @@ def _strides(dims, s):
     for d in range(rank - 2, -1, -1):
         s[d] = s[d + 1] * dims[d + 1]
     return s
-
-
-@njit(cache=True, error_model="numpy")
-def affine_map(dims, base, steps, index):
-    """For every index of `dims` in row-major order: base + sum(index[d] * steps[d]) (index: dims.size entries
-    of scratch)."""
-    rank = dims.size
-    size = 1
-    for d in range(rank):
-        size *= dims[d]
-    out = np.empty(size, np.int64)
-    if size == 0:
-        return out
-    idx = index
-    idx[:] = 0
-    pos = base
-    for e in range(size):
-        out[e] = pos
-        pos = _odometer_step(idx, dims, steps, pos, rank - 1)
-    return out
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -76,47 +55,27 @@ def _odometer_step(index, dims, steps, position, last):
 
 
 @njit(cache=True, error_model="numpy")
-def tile_map(in_dims, out_dims, work):
-    """For every index of out_dims: the row-major offset of (index mod in_dims) in in_dims."""
-    rank = out_dims.size
-    in_strides = _strides(in_dims, region(work, 0, rank))
-    size = 1
-    for d in range(rank):
-        size *= out_dims[d]
-    out = np.empty(size, np.int64)
-    if size == 0:
-        return out
-    idx = region(work, 1, rank)
-    wrapped = region(work, 2, rank)
-    idx[:] = 0
-    wrapped[:] = 0
-    pos = 0
-    for e in range(size):
-        out[e] = pos
-        d = rank - 1
-        while d >= 0:
-            idx[d] += 1
-            wrapped[d] += 1
-            pos += in_strides[d]
-            if wrapped[d] == in_dims[d]:
-                pos -= in_strides[d] * in_dims[d]
-                wrapped[d] = 0
-            if idx[d] < out_dims[d]:
-                break
-            pos -= in_strides[d] * wrapped[d]
-            idx[d] = 0
-            wrapped[d] = 0
-            d -= 1
-    return out
-
-
-@njit(cache=True, error_model="numpy")
 def affine_spec(op, iattr, a, work):
-    """TRANSPOSE, SLICE and PAD as an affine map (dims, base, steps): index i of dims (row-major) goes to offset
-    base + sum(i[d] * steps[d]); output -> input, PAD's input -> output. Regions 0-2 of `work`."""
+    """TRANSPOSE, TILE, SLICE and PAD as an affine map (dims, base, steps): index i of dims (row-major) goes to
+    offset base + sum(i[d] * steps[d]); output -> input, PAD's input -> output. A TILE's output axis of
+    reps * n entries is two, (reps, n) with steps (0, the input's stride). Regions 0-2 of `work`."""
     rank = iattr[a]
     in_dims = iattr[a + 1:a + 1 + rank]
     third = iattr[a + 1 + rank:a + 1 + 2 * rank]
+    if op == oc.TILE:
+        in_strides = _strides(in_dims, region(work, 2, rank))
+        steps = region(work, 0, 2 * rank)
+        dims = region(work, 1, 2 * rank)
+        m = 0
+        for d in range(rank):       # axes of one entry dropped (the walk's innermost axis is then a long one)
+            reps = third[d] // in_dims[d] if in_dims[d] else 0
+            if reps != 1:
+                dims[m], steps[m] = reps, 0
+                m += 1
+            if in_dims[d] != 1:
+                dims[m], steps[m] = in_dims[d], in_strides[d]
+                m += 1
+        return dims[:m], 0, steps[:m]
     steps = region(work, 0, rank)
     dims = region(work, 1, rank)
     if op == oc.TRANSPOSE:
@@ -139,55 +98,48 @@ def affine_spec(op, iattr, a, work):
 
 
 @njit(cache=True, error_model="numpy")
-def index_map(op, iattr, a, work):
-    """The map of a rank-generic op. TRANSPOSE/TILE/SLICE map output -> input; PAD maps input -> output."""
-    if op == oc.TILE:
-        rank = iattr[a]
-        return tile_map(iattr[a + 1:a + 1 + rank], iattr[a + 1 + rank:a + 1 + 2 * rank], work)
-    dims, base, steps = affine_spec(op, iattr, a, work)
-    return affine_map(dims, base, steps, region(work, 3, dims.size))
-
-
-_MIN_RUN = 8        # entries per run (last axis x K columns) from which runs beat an index map
-
-
-@njit(cache=True, error_model="numpy")
-def affine_runs(op, iattr, a, mapped, plain, into_mapped, add, K, work):
-    """TRANSPOSE, SLICE or PAD without an index map when its map keeps the last axis contiguous (step 1) and
-    that axis has at least _MIN_RUN entries (times K): run by run, plain rows in order against mapped rows
-    where affine_spec sends them, on flat views of [size, K] buffers. into_mapped: mapped (+)= plain, else
-    plain (+)= mapped; add: accumulate rather than set. False (nothing done) when the map does not qualify."""
-    if op == oc.TILE:
-        return False
+def affine_walk(op, iattr, a, mapped, plain, into_mapped, add, K, work):
+    """Plain rows in order against mapped rows where affine_spec sends them, on flat views of [size, K] buffers
+    (nothing allocated: an odometer over all axes but the last, then that axis as one run, a vector loop
+    over views where its step is 1). into_mapped: mapped (+)= plain, else plain (+)= mapped; add: accumulate
+    rather than set."""
     dims, base, steps = affine_spec(op, iattr, a, work)
     rank = dims.size
-    if rank == 0 or steps[rank - 1] != 1 or dims[rank - 1] * K < _MIN_RUN:
-        return False
-    length = dims[rank - 1] * K
-    runs = 1
-    for d in range(rank - 1):
-        runs *= dims[d]
+    length = dims[rank - 1] if rank else 1
+    step = steps[rank - 1] if rank else 0
+    runs = plain.size // (length * K) if length * K else 0
     index = region(work, 3, rank)
     index[:] = 0
     position = base
     for p in range(runs):
-        # views of the run: indexed from the loop counter, not from computed offsets (see reduction.py)
-        plain_run = plain[p * length:(p + 1) * length]
-        mapped_run = mapped[position * K:position * K + length]
-        if into_mapped and add:
-            for j in range(length):
-                mapped_run[j] += plain_run[j]
-        elif into_mapped:
-            for j in range(length):
-                mapped_run[j] = plain_run[j]
-        elif add:
-            for j in range(length):
-                plain_run[j] += mapped_run[j]
+        plain_run = plain[p * length * K:(p + 1) * length * K]
+        if step == 1:       # views of the run, indexed from the loop counter (see reduction.py)
+            mapped_run = mapped[position * K:(position + length) * K]
+            if into_mapped and add:
+                for j in range(length * K):
+                    mapped_run[j] += plain_run[j]
+            elif into_mapped:
+                for j in range(length * K):
+                    mapped_run[j] = plain_run[j]
+            elif add:
+                for j in range(length * K):
+                    plain_run[j] += mapped_run[j]
+            else:
+                for j in range(length * K):
+                    plain_run[j] = mapped_run[j]
         else:
             for j in range(length):
-                plain_run[j] = mapped_run[j]
+                at = (position + j * step) * K
+                for k in range(K):
+                    if into_mapped and add:
+                        mapped[at + k] += plain_run[j * K + k]
+                    elif into_mapped:
+                        mapped[at + k] = plain_run[j * K + k]
+                    elif add:
+                        plain_run[j * K + k] += mapped[at + k]
+                    else:
+                        plain_run[j * K + k] = mapped[at + k]
         position = _odometer_step(index, dims, steps, position, rank - 2)      # the next run
-    return True
 
 
 @njit(cache=True, error_model="numpy")
@@ -386,35 +338,8 @@ def mapped_forward(op, iattr, a, x, out, work):
             return
     if op == oc.PAD:
         out[:] = 0
-    # PAD writes the mapped side (its output), TRANSPOSE and SLICE read it (their input)
-    if affine_runs(op, iattr, a, out if op == oc.PAD else x, x if op == oc.PAD else out, op == oc.PAD, False, 1,
-                   work):
-        return
-    m = index_map(op, iattr, a, work)
-    if op == oc.PAD:
-        for e in range(m.size):
-            out[m[e]] = x[e]
-    else:
-        for e in range(m.size):
-            out[e] = x[m[e]]
-
-
-@njit(cache=True, error_model="numpy")
-def _gather_add(m, src, dst):
-    """dst[e] += src[m[e]], rows of K columns."""
-    K = dst.shape[1]
-    for e in range(m.size):
-        for k in range(K):
-            dst[e, k] += src[m[e], k]
-
-
-@njit(cache=True, error_model="numpy")
-def _scatter_add(m, src, dst):
-    """dst[m[e]] += src[e], rows of K columns."""
-    K = dst.shape[1]
-    for e in range(m.size):
-        for k in range(K):
-            dst[m[e], k] += src[e, k]
+    # PAD writes the mapped side (its output), the others read it (their input)
+    affine_walk(op, iattr, a, out if op == oc.PAD else x, x if op == oc.PAD else out, op == oc.PAD, False, 1, work)
 
 
 @njit(cache=True, error_model="numpy")
@@ -451,17 +376,10 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work):
         if B:
             _swap_middle_two(in_rows.reshape(B, M, N, R * K), out_rows.reshape(B, N, M, R * K), True)
             return
-    mapped, plain = (out_rows, in_rows) if op == oc.PAD else (in_rows, out_rows)
-    if affine_runs(op, iattr, a, mapped.reshape(mapped.size), plain.reshape(plain.size), (op == oc.PAD) != transpose,
-                   True, K, work):
-        return
-    m = index_map(op, iattr, a, work)
-    src, dst = (out_rows, in_rows) if transpose else (in_rows, out_rows)
     # PAD's map runs input -> output, the others' output -> input
-    if (op == oc.PAD) == transpose:
-        _gather_add(m, src, dst)
-    else:
-        _scatter_add(m, src, dst)
+    mapped, plain = (out_rows, in_rows) if op == oc.PAD else (in_rows, out_rows)
+    affine_walk(op, iattr, a, mapped.reshape(mapped.size), plain.reshape(plain.size), (op == oc.PAD) != transpose,
+                True, K, work)
 
 
 @njit(cache=True, error_model="numpy", inline="always")

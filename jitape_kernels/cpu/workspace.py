@@ -1,6 +1,6 @@
 """The integer workspace a sweep allocates once and its instructions share: the rank-sized metadata of the
 data-movement kernels (merged axes and their steps, strides, odometer indices), so no instruction allocates
-it. A kernel takes fixed regions of MAXRANK + 1 entries (region(work, k, n); ranks above opcodes.MAXRANK are
+it. A kernel takes fixed regions of 2 MAXRANK + 1 entries (region(work, k, n); ranks above opcodes.MAXRANK are
 refused when recorded and when loaded); a kernel it calls with the same workspace uses regions it does not."""
 import numpy as np
 from numba import njit
@@ -8,7 +8,7 @@ from numba import njit
 from .. import opcodes as oc
 
 REGIONS = 5
-REGION = oc.MAXRANK + 1     # a rank's worth of entries and one more (a broadcast's K columns as an axis)
+REGION = 2 * oc.MAXRANK + 1     # a TILE's axes split in two (shape.affine_spec), or a rank and K columns
 
 
 @njit(cache=True)
