@@ -100,7 +100,7 @@ def _forward_row(code, r, slots, iattr, fattr, arena, work):
         i2 = code[r, oc.IN2_OFF]
         where_forward(x, arena[i1:i1 + size], arena[i2:i2 + size], out)
     elif op <= oc.PROD:
-        reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2])
+        reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2], work)
     elif op == oc.CUMSUM:
         cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0)
     elif op <= oc.PAD:

@@ -1,7 +1,8 @@
 """The integer workspace a sweep allocates once and its instructions share: the rank-sized metadata of the
-data-movement kernels (merged axes and their steps, strides, odometer indices), so no instruction allocates
-it. A kernel takes fixed regions of 2 MAXRANK + 1 entries (region(work, k, n); ranks above opcodes.MAXRANK are
-refused when recorded and when loaded); a kernel it calls with the same workspace uses regions it does not."""
+data-movement kernels (merged axes and their steps, strides, odometer indices) and the eight lanes of a row's
+extremum (a region viewed as floats), so no instruction allocates them. A kernel takes fixed regions of
+2 MAXRANK + 1 entries (region(work, k, n); ranks above opcodes.MAXRANK are refused when recorded and when
+loaded); a kernel it calls with the same workspace uses regions it does not."""
 import numpy as np
 from numba import njit
 
