@@ -115,16 +115,10 @@ def _leaf_key(leaf):
 def signature(args, kwargs):
     """(the key that selects a trace, the flat argument leaves). Positional tensors alone (the common call) take
     a shortcut that gives the same leaves and an equally distinctive key."""
-    if not kwargs:
-        if not args:
-            return _NO_ARGUMENTS, []
-        if all(type(a) is Tensor and a._value.dtype.kind == "f" for a in args):
-            return ("tensors", tuple(("array", a._value.shape, a._value.dtype.str) for a in args)), list(args)
+    if not kwargs and all(type(a) is Tensor and a._value.dtype.kind == "f" for a in args):
+        return ("tensors", tuple(("array", a._value.shape, a._value.dtype.str) for a in args)), list(args)
     leaves = nest.flatten((args, kwargs))
     return (_structure((args, kwargs)), tuple(_leaf_key(leaf) for leaf in leaves)), leaves
-
-
-_NO_ARGUMENTS = ("tensors", ())
 
 
 def _structure(x):
@@ -512,9 +506,7 @@ class Function:
         variants = self._variants.get(key)
         why = None
         if variants is not None:
-            if variants[0].run(leaves, self.backend, purpose):      # the common case: the last variant again
-                return variants[0], leaves, None
-            for i, concrete in enumerate(variants[1:], 1):
+            for i, concrete in enumerate(variants):
                 if concrete.run(leaves, self.backend, purpose):
                     if i:
                         variants.insert(0, variants.pop(i))
