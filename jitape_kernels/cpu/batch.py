@@ -20,9 +20,10 @@ from numba import njit
 
 from .. import opcodes as oc
 from .interpreter import reverse_instruction
-from .workspace import new_work
 from .linalg import matmul_batch, matmul_reverse
 from .shape import leading_broadcast_block
+from .unowned import unowned
+from .workspace import new_work
 
 NO_ROWS = -1
 FREE = -3       # a slot that depends on no entry of the batch (empty tensors): compatible with any layout
@@ -328,6 +329,9 @@ def per_example_plan(code, slots, iattr, adjoint_rows, batch):
 def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint):
     """Reverse sweep of a per_example_plan: row instructions on the one-column buffer, parameter
     instructions on the `batch`-column buffer, junctions splitting contributions by example."""
+    code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint = (
+        unowned(code), unowned(modes), unowned(post), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena),
+        unowned(row_adjoint), unowned(param_adjoint))
     batch = param_adjoint.shape[1]
     work = new_work()
     for r in range(code.shape[0] - 1, -1, -1):

@@ -15,6 +15,7 @@ from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, s
                      solve_reverse)
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
 from .shape import mapped_forward, mapped_linear, moved_forward, moved_linear
+from .unowned import unowned
 from .workspace import new_work
 
 
@@ -41,6 +42,8 @@ def forward_sweep(code, slots, iattr, fattr, arena):
 @njit(cache=True, error_model="numpy")
 def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work):
     """forward_sweep over rows r0..r1-1, with the sweep's workspace (jitape_kernels.cpu.workspace)."""
+    code, slots, iattr, fattr, arena, work = (unowned(code), unowned(slots), unowned(iattr), unowned(fattr),
+                                              unowned(arena), unowned(work))
     r = r0
     while r < r1:
         r = _scalar_rows_forward(code, r, r1, slots, iattr, fattr, arena)
@@ -157,6 +160,9 @@ def fused_forward(code, r0, r1, iattr, fattr, arena, places, scratch, size):
 def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch, work):
     """forward_sweep over rows r0..r1-1, running the fused groups that `fused` marks (fused[r] > r: rows
     r..fused[r]-1) block by block."""
+    code, slots, iattr, fattr, arena, fused, places, scratch = (
+        unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(fused),
+        unowned(places), unowned(scratch))
     r = r0
     while r < r1:
         if fused[r] > r:
@@ -274,6 +280,9 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
 @njit(cache=True, error_model="numpy")
 def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work):
     """reverse_sweep with a workspace (jitape_kernels.cpu.workspace)."""
+    code, slots, iattr, fattr, arena, adjoint, written, work = (
+        unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
+        unowned(written), unowned(work))
     K = adjoint.shape[1]
     flat = adjoint.reshape(adjoint.size)
     r = code.shape[0] - 1

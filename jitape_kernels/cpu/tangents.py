@@ -23,6 +23,7 @@ from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tange
                      solve_tangent)
 from .reduction import cumsum_linear, prod_second, reduce_linear
 from .shape import mapped_linear, moved_linear
+from .unowned import unowned
 from .workspace import new_work
 
 
@@ -114,6 +115,9 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
     the identity's columns seed_start.. : a matmul with that operand copies
     instead of multiplying by the identity. -1 for other seeds.
     """
+    code, slots, iattr, fattr, arena, tangent, seeded = (unowned(code), unowned(slots), unowned(iattr),
+                                                         unowned(fattr), unowned(arena), unowned(tangent),
+                                                         unowned(seeded))
     empty = tangent[0:0]
     transpose = tangent.shape[1] < 0      # run-time False: the reverse sweep's linear kernels serve as they are
     needed = _tangents_needed(code, slots, target)
@@ -263,6 +267,9 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
     output was never written (no second-order term reached it: a loss's linear tail)
     skips its reverse rule, and rows are zeroed only when first written.
     """
+    code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded = (
+        unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
+        unowned(tangent), unowned(adjoint_tangent), unowned(seeded))
     written = np.zeros(slots.shape[0], np.bool_)
     live = live_tangents(code, slots, seeded)
     work = new_work()
