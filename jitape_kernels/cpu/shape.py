@@ -326,6 +326,9 @@ def _swap_last_two(src, dst, add):
 
 @njit(cache=True, error_model="numpy")
 def mapped_forward(op, iattr, a, x, out, work):
+    if op == oc.TILE and x.size == 1:       # a scalar broadcast: a fill
+        out[:] = x[0]
+        return
     if op == oc.TILE:
         dims, steps = broadcast_axes(iattr, a, 1, work)
         if dims.size:
@@ -355,10 +358,29 @@ def _short_rows_sum(repeated, single):
 
 
 @njit(cache=True, error_model="numpy")
+def _one_entry_tiled(out_rows, in_rows, transpose):
+    """A TILE of one entry (a scalar broadcast) over K columns: out += in in every row or, transposed, in += the
+    sum of out's rows (K = 1: in register lanes, as the reductions sum). No walk is planned for it."""
+    n, K = out_rows.shape
+    if transpose and K == 1:
+        in_rows[0, 0] += row_sum(out_rows.reshape(1, n), 0)
+        return
+    for i in range(n):
+        for k in range(K):
+            if transpose:
+                in_rows[0, k] += out_rows[i, k]
+            else:
+                out_rows[i, k] += in_rows[0, k]
+
+
+@njit(cache=True, error_model="numpy")
 def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work):
     """The op's map over K columns: out += map(in) (tangents; these ops are linear) or, transposed,
     in += map^T(out) (cotangents)."""
     K = out_rows.shape[1]
+    if op == oc.TILE and in_rows.shape[0] == 1:
+        _one_entry_tiled(out_rows, in_rows, transpose)
+        return
     if op == oc.TILE:
         if transpose and 1 < leading_broadcast_block(op, iattr, a) * K < _SHORT:
             _short_rows_sum(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size))
