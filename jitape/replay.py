@@ -105,18 +105,29 @@ def _leaf_key(leaf):
     if isinstance(leaf, (Tensor, np.ndarray)):
         value = leaf._value if isinstance(leaf, Tensor) else leaf
         if value.dtype.kind == "f":
-            return ("array", value.shape, value.dtype.str)
+            return ("array", value.shape, value.dtype.char)
         return ("value", value.shape, value.dtype.str, value.tobytes())
     if isinstance(leaf, (bool, int, float, complex, str, bytes, type(None))):
         return ("python", type(leaf).__name__, leaf)
     return ("object", id(leaf))
 
 
+_NO_ARGUMENTS = ("tensors", ())
+
+
 def signature(args, kwargs):
     """(the key that selects a trace, the flat argument leaves). Positional tensors alone (the common call) take
     a shortcut that gives the same leaves and an equally distinctive key."""
-    if not kwargs and all(type(a) is Tensor and a._value.dtype.kind == "f" for a in args):
-        return ("tensors", tuple(("array", a._value.shape, a._value.dtype.str) for a in args)), list(args)
+    if not kwargs:
+        if not args:
+            return _NO_ARGUMENTS, []
+        keys = []
+        for a in args:
+            if type(a) is not Tensor or a._value.dtype.kind != "f":
+                break
+            keys.append(("array", a._value.shape, a._value.dtype.char))
+        else:
+            return ("tensors", tuple(keys)), list(args)
     leaves = nest.flatten((args, kwargs))
     return (_structure((args, kwargs)), tuple(_leaf_key(leaf) for leaf in leaves)), leaves
 
@@ -251,14 +262,16 @@ class Concrete:
         self._variable_spans = [(variable, *self._bounds(slot), variable._value.ndim == 0)
                                 for variable, slot in self.variable_inputs]
         # writes and outputs as finish() makes them: (variable, constant or None, start, stop, shape, dtype) and
-        # (constant, start (-1: the constant is the output), stop, shape, dtype); a variable's shape and dtype
-        # never change
+        # (constant, start (-1: the constant is the output), stop, shape, dtype), dtype None where it is the
+        # arena's (no conversion); a variable's shape and dtype never change
         self._write_spans = [(variable, source, 0, 0, None, None) if isinstance(source, np.ndarray)
-                             else (variable, None, *self._bounds(source), variable._value.shape, variable._value.dtype)
+                             else (variable, None, *self._bounds(source), variable._value.shape,
+                                   self._converted(variable._value.dtype))
                              for variable, source in self.writes]
-        self._output_spans = [(None, *self._bounds(entry[1]), tuple(entry[2]), np.dtype(entry[3]))
+        self._output_spans = [(None, *self._bounds(entry[1]), tuple(entry[2]), self._converted(entry[3]))
                               if entry[0] == "slot" else (entry[1], -1, 0, None, None) for entry in self.outputs]
-        self._single_output = isinstance(self.structure, (Tensor, np.ndarray)) and len(self._output_spans) == 1
+        # f returned one leaf (a tensor, None, a Python value): no nest to rebuild
+        self._single_output = not isinstance(self.structure, (list, tuple, dict))
         self._holds = self.variables_hold if self.variable_guards else None
         self._replayers = {}    # backend name (or (name, purpose): see bind_gradient) -> a replay bound to arrays
         self._gradient_rows = {}    # purpose -> (its adjoint buffer, (adjoint row, size, dtype) per source)
@@ -267,6 +280,11 @@ class Concrete:
 
     def __len__(self):
         return self.code.shape[0]
+
+    def _converted(self, dtype):
+        """`dtype` where values of the arena's dtype must be converted to it, else None."""
+        dtype = np.dtype(dtype)
+        return None if dtype == self.dtype else dtype
 
     def _bounds(self, slot):
         offset = int(self._offsets[slot])
@@ -361,15 +379,12 @@ class Concrete:
             if constant is not None:
                 variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
             elif not shape:         # 0-d: a numpy scalar, immutable, so never written in place
-                value = arena[start]
-                variable._value = value if value.dtype == dtype else dtype.type(value)
+                variable._value = arena[start] if dtype is None else dtype.type(arena[start])
             elif not _overwrite(variable._value, arena, start, stop):
                 variable._value = _entries(arena, start, stop, shape, dtype)
         if self._single_output:
             constant, start, stop, shape, dtype = self._output_spans[0]
             return constant if start < 0 else Tensor(_entries(arena, start, stop, shape, dtype))
-        if not self._output_spans and self.structure is None:       # f returned None
-            return None
         leaves = [constant if start < 0 else Tensor(_entries(arena, start, stop, shape, dtype))
                   for constant, start, stop, shape, dtype in self._output_spans]
         return nest.pack_like(self.structure, leaves)
@@ -392,11 +407,10 @@ class Concrete:
 
 
 def _entries(arena, start, stop, shape, dtype):
-    """A new value of `shape` and `dtype` holding arena[start:stop] (0-d: a numpy scalar)."""
+    """A new value of `shape` holding arena[start:stop] (0-d: a numpy scalar), as `dtype` (None: the arena's)."""
     if not shape:
-        value = arena[start]
-        return value if value.dtype == dtype else dtype.type(value)
-    return arena[start:stop].reshape(shape).astype(dtype)      # an array that owns its data
+        return arena[start] if dtype is None else dtype.type(arena[start])
+    return arena[start:stop].reshape(shape).astype(arena.dtype if dtype is None else dtype)    # owns its data
 
 
 class _Held:
