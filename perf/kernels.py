@@ -4,6 +4,10 @@ users write it). Each row records the op on a tape, lowers it to a Program, and 
 instruction on the Program's arena and a seeded adjoint buffer; jitape and numpy take turns in each round and
 the best of ROUNDS is reported. The goal: every ratio within 1.5.
 
+A second table gives the fixed cost of a row on small arrays: a chain of CHAIN instructions (y = y * x, or
+y = y * w with w a scalar, a broadcast of one entry each time) swept forward and in reverse, in ns per
+instruction, beside one numpy call on the same arrays.
+
 Run: python perf/kernels.py [ROUNDS]
 """
 import sys
@@ -124,8 +128,58 @@ def row_times(op, value, np_forward, np_reverse, rounds):
     return _best_of(rounds, forward, lambda: np_forward(value), reverse, lambda: np_reverse(value, g))
 
 
+CHAIN = 1000
+
+
+def _chain_program(size, scalar_factor):
+    """The Program of CHAIN multiplications of a `size`-entry y by x (or by a scalar w: a broadcast each time)."""
+    x = jt.constant(np.linspace(0.5, 1.5, size))
+    w = jt.constant(0.999)
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch([x, w])
+        y = x
+        for _ in range(CHAIN):
+            y = y * (w if scalar_factor else x)
+        total = jt.reduce_sum(y)
+    return programs.lower(tape, [total], [x, w]).complete()
+
+
+def small_row_times(size, scalar_factor, rounds):
+    """ns per instruction: forward sweep, K = 1 reverse sweep, one numpy multiply of the same arrays."""
+    p = _chain_program(size, scalar_factor)
+    arena = p.arena.copy()
+    adjoint = np.zeros((p.adjoint_size, 1))
+    written = np.zeros(p.slots.shape[0], np.bool_)
+    target = p.targets[0]
+    adjoint[p.adjoint_rows[target], 0] = 1.0
+    a, b = np.linspace(0.5, 1.5, size), (0.999 if scalar_factor else np.linspace(0.5, 1.5, size))
+
+    def reverse():
+        written[:] = False
+        written[target] = True
+        reverse_sweep(p.code, p.slots, p.iattr, p.fattr, arena, adjoint, written)
+
+    def numpy_calls():
+        for _ in range(CHAIN):
+            np.multiply(a, b)
+
+    forward = lambda: forward_sweep(p.code, p.slots, p.iattr, p.fattr, arena)     # noqa: E731
+    forward(), reverse()
+    f, r, n = _best_of(rounds, forward, reverse, numpy_calls)
+    return [t * 1e6 / len(p) for t in (f, r)] + [n * 1e6 / CHAIN]
+
+
 def main(argv):
     rounds = int(argv[0]) if argv else 15
+    print(f"best of {rounds} rounds, ns per instruction over a chain of {CHAIN}\n")
+    print("| chain | entries | forward | K = 1 reverse | one numpy multiply |")
+    print("|---|---:|---:|---:|---:|")
+    for scalar_factor in (False, True):
+        for size in (1, 3, 100, 1000):
+            f, r, n = small_row_times(size, scalar_factor, rounds)
+            label = "y * w, w a scalar (a broadcast)" if scalar_factor else "y * x"
+            print(f"| {label} | {size} | {f:.0f} | {r:.0f} | {n:.0f} |", flush=True)
+    print()
     print(f"best of {rounds} rounds, ms; ratio = jitape / numpy\n")
     print("| instruction | forward | numpy | ratio | K = 1 reverse | numpy | ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
