@@ -120,7 +120,8 @@ class _Call:
         return self.concrete.program([target], [slot for _, slot in self.sources])
 
     def pack(self, found, many, shape_of):
-        """found: one array or Tensor per source leaf (None: not connected, zeros) -> args' structure."""
+        """found: one array, numpy scalar or Tensor per source leaf (None: not connected, zeros) -> args'
+        structure."""
         it = iter(found)
         results = []
         for group, arg in zip(self.groups, self._args):
@@ -128,8 +129,13 @@ class _Call:
             for leaf, _ in group:
                 value = next(it)
                 shape = shape_of(leaf)
-                leaves.append(Tensor(np.zeros(shape, leaf.dtype)[()]) if value is None
-                              else Tensor(np.asarray(getattr(value, "_value", value)).reshape(shape)[()]))
+                if type(value) is Tensor:
+                    value = value._value
+                if value is None:
+                    value = np.zeros(shape, leaf.dtype)[()]
+                elif not (isinstance(value, np.generic) and shape == ()):
+                    value = np.asarray(value).reshape(shape)[()]
+                leaves.append(Tensor(value))
             results.append(leaves[0] if type(arg) is Tensor else nest.pack_like(arg, leaves))
         return tuple(results) if many else results[0]
 

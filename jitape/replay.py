@@ -358,9 +358,11 @@ class Concrete:
 
     def gradients(self, purpose):
         """What the last run took as `purpose` (see bind_gradient): per source, a new [columns, size] array of
-        its dtype (None: the source is unreached)."""
+        its dtype, a numpy scalar for one column of one entry (None: the source is unreached)."""
         adjoint, rows = self._gradient_rows[purpose]
-        return [None if row < 0 else adjoint[row:row + size].T.astype(dtype) for row, size, dtype in rows]
+        one_column = adjoint.shape[1] == 1
+        return [None if row < 0 else dtype.type(adjoint[row, 0]) if one_column and size == 1
+                else adjoint[row:row + size].T.astype(dtype) for row, size, dtype in rows]
 
     def failed_guard(self):
         """The description of the first guard the last run broke."""
