@@ -8,7 +8,7 @@ from numba import njit
 
 from .. import opcodes as oc
 from ..layout import BLOCK
-from .elementwise import (binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
+from .elementwise import (_put, binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
 from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward,
@@ -54,41 +54,42 @@ def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work):
 
 @njit(cache=True, error_model="numpy")
 def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
-    """forward_sweep over rows r0, r0+1, ... (before r1) while they are scalar elementwise rows; the first row
-    that is not (r1: none). A loop of its own, as _scalar_rows_reverse."""
+    """forward_sweep over rows r0, r0+1, ... (before r1) while they are elementwise rows of at most SMALL
+    entries, the rule inlined per entry (no views); the first row that is not (r1: none). A loop of its own,
+    as _scalar_rows_reverse."""
     for r in range(r0, r1):
         op = code[r, oc.OP]
-        if op > oc.BINARY_LAST or slots[code[r, oc.OUT], oc.SIZE] != 1:
+        size = slots[code[r, oc.OUT], oc.SIZE]
+        if op > oc.BINARY_LAST or size > SMALL:
             return r
         o = code[r, oc.OUT_OFF]
         i0 = code[r, oc.IN0_OFF]
-        if op <= oc.UNARY_LAST:
+        if size == 1:
+            if op <= oc.UNARY_LAST:
+                p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
+                arena[o] = unary_value(op, arena[i0], p0, p1)
+            else:
+                arena[o] = binary_value(op, arena[i0], arena[code[r, oc.IN1_OFF]])
+        elif op <= oc.UNARY_LAST:
             p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
-            arena[o] = unary_value(op, arena[i0], p0, p1)
-        else:
-            arena[o] = binary_value(op, arena[i0], arena[code[r, oc.IN1_OFF]])
-    return r1
-
-
-@njit(cache=True, error_model="numpy")
-def _forward_row(code, r, slots, iattr, fattr, arena, work):
-    """forward_sweep's work for row r."""
-    op = code[r, oc.OP]
-    a = code[r, oc.ATTR]
-    size = slots[code[r, oc.OUT], oc.SIZE]
-    o = code[r, oc.OUT_OFF]
-    i0 = code[r, oc.IN0_OFF]
-    if size <= SMALL and op <= oc.BINARY_LAST:
-        # scalar chains and small arrays: no array views, the rule inlined per element
-        if op <= oc.UNARY_LAST:
-            p0, p1 = params(op, iattr, fattr, a)
             for e in range(size):
                 arena[o + e] = unary_value(op, arena[i0 + e], p0, p1)
         else:
             i1 = code[r, oc.IN1_OFF]
             for e in range(size):
                 arena[o + e] = binary_value(op, arena[i0 + e], arena[i1 + e])
-        return
+    return r1
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_row(code, r, slots, iattr, fattr, arena, work):
+    """forward_sweep's work for row r (not an elementwise row of at most SMALL entries: _scalar_rows_forward
+    runs those)."""
+    op = code[r, oc.OP]
+    a = code[r, oc.ATTR]
+    size = slots[code[r, oc.OUT], oc.SIZE]
+    o = code[r, oc.OUT_OFF]
+    i0 = code[r, oc.IN0_OFF]
     out = arena[o:o + size]
     n0 = slots[code[r, oc.IN0], oc.SIZE]
     x = arena[i0:i0 + n0]
@@ -297,17 +298,18 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work):
 
 @njit(cache=True, error_model="numpy")
 def _scalar_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
-    """reverse_sweep with one column over rows r0, r0-1, ... while they are scalar elementwise rows; the
-    first row that is not (-1: none). A loop of its own: compiled inside the general row's code, a scalar chain
-    runs at half this speed."""
+    """reverse_sweep with one column over rows r0, r0-1, ... while they are elementwise rows of at most SMALL
+    entries; the first row that is not (-1: none). A loop of its own: compiled inside the general row's code, a
+    scalar chain runs at half this speed, and a small row there pays for its views (~60 ns)."""
     for r in range(r0, -1, -1):
         op = code[r, oc.OP]
-        if op > oc.BINARY_LAST or slots[code[r, oc.OUT], oc.SIZE] != 1:
+        size = slots[code[r, oc.OUT], oc.SIZE]
+        if op > oc.BINARY_LAST or size > SMALL:
             return r
         if not written[code[r, oc.OUT]]:
             continue
         o = code[r, oc.OUT_OFF]
-        g = flat[code[r, oc.OUT_ADJ]]
+        go = code[r, oc.OUT_ADJ]
         i0 = code[r, oc.IN0_OFF]
         j0 = code[r, oc.IN0_ADJ]
         first0 = j0 >= 0 and not written[code[r, oc.IN0]]
@@ -316,29 +318,23 @@ def _scalar_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
         if op <= oc.UNARY_LAST:
             if j0 >= 0:
                 p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
-                d = unary_derivative(op, arena[i0], arena[o], p0, p1)
-                if first0:
-                    flat[j0] = g * d
-                else:
-                    flat[j0] += g * d
+                for e in range(size):
+                    _put(flat, j0 + e, flat[go + e] * unary_derivative(op, arena[i0 + e], arena[o + e], p0, p1),
+                         first0)
             continue
         i1 = code[r, oc.IN1_OFF]
         j1 = code[r, oc.IN1_ADJ]
-        # x * x: the second input's row is the first's, just set (first1 False)
+        # x * x: the second input's rows are the first's, just set (first1 False)
         first1 = j1 >= 0 and not written[code[r, oc.IN1]]
         if j1 >= 0:
             written[code[r, oc.IN1]] = True
-        da, db = binary_partials(op, arena[i0], arena[i1], arena[o])
-        if j0 >= 0:
-            if first0:
-                flat[j0] = g * da
-            else:
-                flat[j0] += g * da
-        if j1 >= 0:
-            if first1:
-                flat[j1] = g * db
-            else:
-                flat[j1] += g * db
+        for e in range(size):
+            g = flat[go + e]
+            da, db = binary_partials(op, arena[i0 + e], arena[i1 + e], arena[o + e])
+            if j0 >= 0:
+                _put(flat, j0 + e, g * da, first0)
+            if j1 >= 0:
+                _put(flat, j1 + e, g * db, first1)
     return -1
 
 
