@@ -1,9 +1,9 @@
 """TRANSPOSE, SLICE and PAD on every kernel path (runs along a contiguous last axis, matrix transposes in
-tiles, and index maps), broadcasts (a scalar's, short rows', long rows', along a last or middle axis),
-reductions and running sums over contiguous and strided axes on their K = 1 and K-column paths, and MAX/MIN's
-eight-lane forward, against numpy: replayed values, gradients (K = 1), HVPs (one tangent column and the
-second-order rules) and Jacobians (K columns), for last axes shorter and longer than a run and than a
-transpose's tile."""
+tiles, and index maps; slices and concats of one short run, which the scalar loops move), broadcasts (a
+scalar's, short rows', long rows', along a last or middle axis), reductions and running sums over contiguous
+and strided axes on their K = 1 and K-column paths, and MAX/MIN's eight-lane forward, against numpy: replayed
+values, gradients (K = 1), HVPs (one tangent column and the second-order rules) and Jacobians (K columns), for
+last axes shorter and longer than a run and than a transpose's tile."""
 import numpy as np
 import pytest
 
@@ -21,6 +21,12 @@ CASES = [
     ("strided slice", lambda t: t[:, 1:, ::2], lambda a: a[:, 1:, ::2]),
     ("dropped axis", lambda t: t[1, :, 2:], lambda a: a[1, :, 2:]),
     ("pad", lambda t: jt.pad(t, [[1, 0], [0, 2], [3, 1]]), lambda a: np.pad(a, [[1, 0], [0, 2], [3, 1]])),
+    # one contiguous run (the sweeps' scalar loops move runs of up to 16 entries without views)
+    ("a run within a row", lambda t: t[1, 2, 1:3], lambda a: a[1, 2, 1:3]),
+    ("a run of whole rows", lambda t: t[1, 1:3], lambda a: a[1, 1:3]),
+    ("a reversed row", lambda t: t[1, 2, ::-1], lambda a: a[1, 2, ::-1]),
+    ("concat of runs", lambda t: jt.concat([t[0, 0, :2], t[2, 1, 1:]], 0),
+     lambda a: np.concatenate([a[0, 0, :2], a[2, 1, 1:]], 0)),
 ]
 
 

@@ -14,7 +14,7 @@ from .elementwise import (_put, binary_forward, binary_partials, binary_reverse,
 from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward,
                      solve_reverse)
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
-from .shape import mapped_forward, mapped_linear, moved_forward, moved_linear
+from .shape import contiguous_run, mapped_forward, mapped_linear, moved_forward, moved_linear
 from .unowned import unowned
 from .workspace import new_work
 
@@ -55,15 +55,23 @@ def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work):
 @njit(cache=True, error_model="numpy")
 def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
     """forward_sweep over rows r0, r0+1, ... (before r1) while they are elementwise rows of at most SMALL
-    entries, the rule inlined per entry (no views); the first row that is not (r1: none). A loop of its own,
+    entries, the rule inlined per entry (no views), or SLICE/PLACE rows moving one run of at most SMALL entries;
+    the first row that is not (r1: none). A loop of its own,
     as _scalar_rows_reverse."""
     for r in range(r0, r1):
         op = code[r, oc.OP]
-        size = slots[code[r, oc.OUT], oc.SIZE]
-        if op > oc.BINARY_LAST or size > SMALL:
-            return r
         o = code[r, oc.OUT_OFF]
         i0 = code[r, oc.IN0_OFF]
+        if op > oc.BINARY_LAST:
+            src, dst, n = contiguous_run(op, iattr, code[r, oc.ATTR])
+            if n < 0 or n > SMALL:
+                return r
+            for e in range(n):
+                arena[o + dst + e] = arena[i0 + src + e]
+            continue
+        size = slots[code[r, oc.OUT], oc.SIZE]
+        if size > SMALL:
+            return r
         if size == 1:
             if op <= oc.UNARY_LAST:
                 p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
@@ -83,8 +91,7 @@ def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
 
 @njit(cache=True, error_model="numpy")
 def _forward_row(code, r, slots, iattr, fattr, arena, work):
-    """forward_sweep's work for row r (not an elementwise row of at most SMALL entries: _scalar_rows_forward
-    runs those)."""
+    """forward_sweep's work for row r (not one that _scalar_rows_forward runs)."""
     op = code[r, oc.OP]
     a = code[r, oc.ATTR]
     size = slots[code[r, oc.OUT], oc.SIZE]
@@ -299,13 +306,19 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work):
 @njit(cache=True, error_model="numpy")
 def _scalar_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
     """reverse_sweep with one column over rows r0, r0-1, ... while they are elementwise rows of at most SMALL
-    entries; the first row that is not (-1: none). A loop of its own: compiled inside the general row's code, a
-    scalar chain runs at half this speed, and a small row there pays for its views (~60 ns)."""
+    entries or SLICE/PLACE rows moving one run of at most SMALL entries; the first row that is not (-1: none).
+    A loop of its own: compiled inside the general row's code, a scalar chain runs at half this speed, and a
+    small row there pays for its views (~60 ns)."""
     for r in range(r0, -1, -1):
         op = code[r, oc.OP]
-        size = slots[code[r, oc.OUT], oc.SIZE]
-        if op > oc.BINARY_LAST or size > SMALL:
-            return r
+        if op > oc.BINARY_LAST:
+            src, dst, size = contiguous_run(op, iattr, code[r, oc.ATTR])
+            if size < 0 or size > SMALL:
+                return r
+        else:
+            size = slots[code[r, oc.OUT], oc.SIZE]
+            if size > SMALL:
+                return r
         if not written[code[r, oc.OUT]]:
             continue
         o = code[r, oc.OUT_OFF]
@@ -315,6 +328,13 @@ def _scalar_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
         first0 = j0 >= 0 and not written[code[r, oc.IN0]]
         if j0 >= 0:
             written[code[r, oc.IN0]] = True
+        if op > oc.BINARY_LAST:     # a run moved: its cotangent moves back (a SLICE's other entries get zeros)
+            if j0 >= 0:
+                if first0 and op == oc.SLICE:
+                    flat[j0:j0 + slots[code[r, oc.IN0], oc.SIZE]] = 0
+                for e in range(size):
+                    _put(flat, j0 + src + e, flat[go + dst + e], first0 and op == oc.PLACE)
+            continue
         if op <= oc.UNARY_LAST:
             if j0 >= 0:
                 p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])

@@ -405,6 +405,35 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def contiguous_run(op, iattr, a):
+    """(input start, output start, length) when a SLICE or PLACE moves one contiguous run of entries (a window
+    of leading size-1 axes, one partial axis of step 1, then whole axes; a concat operand with outer 1), else
+    length -1."""
+    if op == oc.PLACE:
+        if iattr[a] != 1:
+            return 0, 0, -1
+        return 0, iattr[a + 4] * iattr[a + 2], iattr[a + 1] * iattr[a + 2]
+    if op != oc.SLICE:
+        return 0, 0, -1
+    rank = iattr[a]
+    start, stride, length, partial = 0, 1, 1, False
+    for d in range(rank - 1, -1, -1):
+        n_in, n_out = iattr[a + 1 + d], iattr[a + 1 + rank + d]
+        first, step = iattr[a + 1 + 2 * rank + d], iattr[a + 1 + 3 * rank + d]
+        if partial:
+            if n_out != 1:
+                return 0, 0, -1
+        elif n_out != n_in or (n_in > 1 and (first != 0 or step != 1)):
+            if n_out > 1 and step != 1:
+                return 0, 0, -1
+            partial = True
+        length *= n_out
+        start += first * stride
+        stride *= n_in
+    return start, 0, length
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def block_runs(op, iattr, a):
     """PLACE and GATHER as contiguous runs of `length` entries: (number of runs, length); run_starts gives
     each run's input and output start, in closed form (no table is built)."""
