@@ -404,11 +404,11 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work):
                 True, K, work)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def contiguous_run(op, iattr, a):
     """(input start, output start, length) when a SLICE or PLACE moves one contiguous run of entries (a window
     of leading size-1 axes, one partial axis of step 1, then whole axes; a concat operand with outer 1), else
-    length -1."""
+    length -1. Not inlined: the scalar loops that call it stay small."""
     if op == oc.PLACE:
         if iattr[a] != 1:
             return 0, 0, -1
