@@ -56,8 +56,7 @@ def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work):
 def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
     """forward_sweep over rows r0, r0+1, ... (before r1) while they are elementwise rows of at most SMALL
     entries, the rule inlined per entry (no views), or SLICE/PLACE rows moving one run of at most SMALL entries;
-    the first row that is not (r1: none). A loop of its own,
-    as _scalar_rows_reverse."""
+    the first row that is not (r1: none). A loop of its own, as _scalar_rows_reverse."""
     for r in range(r0, r1):
         op = code[r, oc.OP]
         o = code[r, oc.OUT_OFF]
@@ -418,7 +417,7 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work):
     o = code[r, oc.OUT_OFF]
     go = code[r, oc.OUT_ADJ]
     if size <= SMALL and op <= oc.BINARY_LAST:
-        # scalar chains and small arrays: no array views, the rule inlined per element
+        # small arrays with K > 1 columns (K = 1 takes the scalar loops): no views, the rule inlined per element
         i0 = code[r, oc.IN0_OFF]
         j0 = code[r, oc.IN0_ADJ]
         first0 = j0 >= 0 and not written[code[r, oc.IN0]]
