@@ -36,11 +36,12 @@ def packed_attributes(iblock):
 _slot_rows_by_shape = ({}, {})
 
 
-def _slot_row(shape, is_float64):
-    """The recorded slot row of a value, packed: size, rank, is_float64, dims padded with ones."""
+def _slot_row(shape, is_float64, what="jitape"):
+    """The recorded slot row of a value, packed: size, rank, is_float64, dims padded with ones. what: the op
+    recording it, for the error a rank above MAXRANK raises."""
     rank = len(shape)
     if rank > oc.MAXRANK:
-        raise ValueError(f"jitape records tensors of rank at most {oc.MAXRANK}, got shape {shape}")
+        raise ValueError(f"{what}: jitape records tensors of rank at most {oc.MAXRANK}, got shape {shape}")
     row = _SLOT_ROW.pack(math.prod(shape), rank, is_float64, *shape, *_PAD[rank])
     if len(_slot_rows_by_shape[is_float64]) < 4096:
         _slot_rows_by_shape[is_float64][shape] = row
@@ -194,8 +195,50 @@ class Recording:
         self._rows += _pack_row(opcode, out, in0, in1, in2, attr)
 
     def _record(self, prim, inputs, out, params, opcode, iblock, fblock):
-        # the hot path of eager recording: whether an input is tracked, and known slots, looked up inline;
-        # outputs always get a new slot
+        """Record one op (called by ops.core.emit for every recording tape). The hot path of eager recording:
+        inputs that already have slots and read no variable, looked up inline; everything else takes
+        _record_first_reads. Nothing is recorded before the output's slot row is known to be valid (rank <=
+        MAXRANK), so an op that raises leaves every tape as it was."""
+        slot_of = self._slot_of
+        tracked = self._tracked
+        n = len(inputs)
+        s0 = s1 = None
+        if n == 1 or n == 2:        # unrolled (a loop costs a third more here); three inputs take the other path
+            t = inputs[0]
+            s0 = None if t._is_variable else slot_of.get(t._id)
+            connected = t._id in tracked
+            s1 = -1
+            if n == 2:
+                t = inputs[1]
+                s1 = None if t._is_variable else slot_of.get(t._id)
+                connected = connected or t._id in tracked
+        if s0 is None or s1 is None:
+            if n:
+                self._record_first_reads(prim, inputs, out, params, opcode, iblock, fblock)
+            return
+        if not connected:
+            return
+        value = out._value
+        row = _slot_rows_by_shape[value.itemsize == 8].get(value.shape) or _slot_row(value.shape,
+                                                                                     value.itemsize == 8, prim.name)
+        if fblock or iblock and type(iblock) is not bytes:
+            attr = self._attr(iblock, fblock)
+        elif iblock:        # packed already (a cached window): _attr's append, inline
+            attr = len(self._iattr) >> 3
+            self._iattr += iblock
+        else:
+            attr = -1
+        values = self._values
+        slot = len(values)
+        values.append(value)
+        self._slot_rows += row
+        slot_of[out._id] = slot
+        self._rows += _pack_row(opcode, slot, s0, s1, -1, attr)
+        self._records.append((prim, inputs, out, params))
+        tracked.add(out._id)
+
+    def _record_first_reads(self, prim, inputs, out, params, opcode, iblock, fblock):
+        """_record where an input has no slot yet (a constant, or a watched tensor's first use) or is a variable."""
         tracked = self._tracked
         connected = False
         for t in inputs:
@@ -206,19 +249,20 @@ class Recording:
                 connected = True
         if not connected:
             return
-        slot_of = self._slot_of
+        # every new slot's row (rank <= MAXRANK) before anything is recorded
+        for t in (*inputs, out):
+            v = t._value
+            if v.shape not in _slot_rows_by_shape[v.itemsize == 8]:
+                _slot_row(v.shape, v.itemsize == 8, prim.name)
         ins = [-1, -1, -1]
         reads_variable = False
-        i = 0
-        for t in inputs:
-            slot = slot_of.get(t._id)
+        for i, t in enumerate(inputs):
             if t._is_variable:
                 reads_variable = True
-                slot = self._slot(t)
-            elif slot is None:
-                slot = self._new_slot(t)
-            ins[i] = slot
-            i += 1
+                ins[i] = self._slot(t)
+            else:
+                slot = self._slot_of.get(t._id)
+                ins[i] = self._new_slot(t) if slot is None else slot
         attr = self._attr(iblock, fblock) if iblock or fblock else -1
         self._rows += _pack_row(opcode, self._new_slot(out), ins[0], ins[1], ins[2], attr)
         self._records.append((prim, _snapshots(inputs) if reads_variable else inputs, out, params))

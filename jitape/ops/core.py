@@ -85,11 +85,11 @@ def reads_values(fn):
 
 
 def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
-    """Wrap `value` (already computed by prim.forward) and record it on every tape that tracks an input."""
+    """Wrap `value` (already computed by prim.forward) and record it on every tape that tracks an input (each
+    tape checks the ranks of what it would record before recording anything: Recording._record)."""
     out = Tensor(value)
     tapes = _state.recording
     if tapes:
-        _check_recordable(prim, inputs, value)
         for tape in tapes:
             tape._record(prim, inputs, out, params, prim.opcode, iblock, fblock)
     return out
