@@ -88,7 +88,7 @@ class CPU(Backend):
 
     def reverse(self, program, adjoint, written):
         self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
-                                    written)
+                                    written, program.homes)
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
         self._kernels.tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,

@@ -181,10 +181,11 @@ def source_blocks(program, adjoint):
     return blocks
 
 
-def lowered(tape, targets, sources, reads=READS_ANY_ORDER):
+def lowered(tape, targets, sources, reads=READS_ANY_ORDER, homes=False):
     """The Program of a tape's derivative (a persistent tape's are kept: see program.lower) over a workspace
-    arena holding the values read by the derivative rules that will run (`reads`, jitape_kernels.planning)."""
-    return lower(tape, targets, sources, _arena, reads)
+    arena holding the values read by the derivative rules that will run (`reads`, jitape_kernels.planning),
+    large ones left where they live with `homes` (a Program only one reverse sweep runs)."""
+    return lower(tape, targets, sources, _arena, reads, homes)
 
 
 def source_gradients(program, seeds, sources):

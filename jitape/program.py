@@ -31,6 +31,13 @@ class Program:
     # the arena never changes (a persistent tape's Program): the cotangents of its scalar target seeded with one
     # are kept once a sweep computed them, so a gradient and then an HVP or a Hessian share one reverse sweep
     keeps_cotangents: bool = False
+    # per slot, the address of a value the reverse sweep reads where it lives, not in the arena (0: in the
+    # arena); NO_HOMES: every value is in the arena (see lower's `homes`)
+    homes: np.ndarray = None
+
+    def __post_init__(self):
+        if self.homes is None:
+            self.homes = NO_HOMES
 
     def __getstate__(self):
         self.complete()
@@ -40,12 +47,20 @@ class Program:
 
     def complete(self):
         """Fill the arena rows no derivative rule of this Program reads (planned with fewer reads than
-        READS_ALL, they were left unwritten): before the Program is handed out, pickled or saved."""
+        READS_ALL, they were left unwritten) and those of the values its reverse sweep reads where they live
+        (`homes`, see lower): before the Program is handed out, pickled, saved or run by another sweep."""
         unfilled = self.__dict__.pop("unfilled", None)
         if unfilled is not None and unfilled[1].size:
             values, rest, start = unfilled
             np.concatenate([np.ravel(values[s]) for s in rest.tolist()], axis=None,
                            out=self.arena[start:start + int(self.slots[rest, oc.SIZE].sum())], casting="same_kind")
+        away = self.__dict__.pop("away", None)
+        if away is not None:
+            values, home_slots = away
+            for s in home_slots:
+                offset = self.slots[s, oc.OFFSET]
+                self.arena[offset:offset + self.slots[s, oc.SIZE]] = values[s].reshape(-1)
+            self.homes = NO_HOMES
         return self
 
     def __len__(self):
@@ -75,21 +90,40 @@ class Program:
     __repr__ = __str__
 
 
-def fill_arena(values, slots, scalar_slots, array_slots, size, dtype, allocate):
+def fill_arena(values, slots, scalar_slots, array_slots, size, dtype, allocate, home_slots=()):
     """The arena of a planned Program: the recorded values of the slots its sweeps read, scalars first (one
-    np.fromiter), then arrays (one np.concatenate); the rest of the arena is left as allocated (NaN with
-    jt.config.check_unread_values, so a kernel reading a value its opcode does not declare shows)."""
+    np.fromiter), then arrays (one np.concatenate per run between `home_slots`, whose values are read where
+    they live); the rest of the arena is left as allocated (NaN with jt.config.check_unread_values, so a kernel
+    reading a value its opcode does not declare, or a home slot's rows, shows)."""
     arena = allocate(size, dtype)
     if config.check_unread_values:
         arena.fill(np.nan)
     n_scalar = scalar_slots.size
     if n_scalar:
         arena[:n_scalar] = np.fromiter(map(values.__getitem__, scalar_slots.tolist()), dtype, n_scalar)
-    if array_slots.size:
-        stop = n_scalar + int(slots[array_slots, oc.SIZE].sum())
-        np.concatenate(list(map(values.__getitem__, array_slots.tolist())), axis=None, out=arena[n_scalar:stop],
-                       casting="same_kind")
+    # the runs of array slots between home slots (one run, all of them, when there are none)
+    at = array_slots.searchsorted(home_slots).tolist() if len(home_slots) else []
+    for first, last in zip([0] + [i + 1 for i in at], at + [array_slots.size]):
+        run = array_slots[first:last]
+        if run.size:
+            start = int(slots[run[0], oc.OFFSET])
+            np.concatenate(list(map(values.__getitem__, run.tolist())), axis=None,
+                           out=arena[start:start + int(slots[run, oc.SIZE].sum())], casting="same_kind")
     return arena
+
+
+NO_HOMES = np.zeros(0, np.int64)
+# below this a value's copy (in cache: ~10 us for 40,000 float64) costs less than reading it where it lives
+# (its address ~2 us, a run of the arena's fill more)
+HOME_MIN_ENTRIES = 1 << 16
+
+
+def _home_slots(values, slots, array_slots, dtype):
+    """The slots among `array_slots` whose recorded values the reverse sweep can read where they live: large,
+    C-contiguous arrays of the arena's dtype."""
+    large = array_slots[slots[array_slots, oc.SIZE] >= HOME_MIN_ENTRIES].tolist()
+    return [s for s in large if type(values[s]) is np.ndarray and values[s].dtype == dtype
+            and values[s].flags.c_contiguous]
 
 
 def _slot_list(slots):
@@ -101,8 +135,12 @@ def _slot_if_tracked(tape, t):
     return tape._slot(t) if t._id in tape._tracked else -1
 
 
-def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
+def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL, homes=False):
     """The Program computing d(targets)/d(sources) from what `tape` recorded.
+
+    homes (a non-persistent tape's Program that only a reverse sweep will run, then drop): large recorded
+    values are not copied into the arena; the sweep reads them where the tape keeps them (Program.homes: their
+    addresses, valid while the tape lives). complete() copies them in before anything else may see the Program.
 
     `allocate(size, dtype)` provides the arena (a reused workspace for internal sweeps). `reads` (see
     jitape_kernels.planning): which derivative rules will run on it, so that its arena is filled only with the
@@ -114,7 +152,7 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
     source_list = [_slot_if_tracked(tape, s) for s in sources]
     alias_lists = [tape._aliases.get(s._id, []) for s in sources]
     if not tape._persistent:
-        return _lower(tape, target_slots, source_list, alias_lists, allocate, reads)
+        return _lower(tape, target_slots, source_list, alias_lists, allocate, reads, homes)
     key = (len(tape._rows), len(tape._slot_rows), target_slots.tobytes(), tuple(source_list),
            tuple(map(tuple, alias_lists)))
     program = tape._programs.get(key)
@@ -131,19 +169,25 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
 _PROGRAMS_KEPT = 8      # per persistent tape: a gradient, a Jacobian, a Hessian ... of one recording
 
 
-def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
+def _lower(tape, target_slots, source_list, alias_lists, allocate, reads, homes=False):
     aliases = tuple(np.array(a, np.int64) for a in alias_lists)
     # views, not copies: they die with this call, so the tape's arrays can still grow
     rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
     slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
     code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, is_float64 = plan(
         rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), False, reads)
-    dtype = np.float64 if is_float64 else np.float32
-    arena = fill_arena(tape._values, slots, scalar_slots, array_slots, arena_size, dtype, allocate)
+    dtype = np.dtype(np.float64 if is_float64 else np.float32)
+    home_slots = (_home_slots(tape._values, slots, array_slots, dtype)
+                  if homes and reads != READS_ALL and arena_size >= HOME_MIN_ENTRIES else [])
+    arena = fill_arena(tape._values, slots, scalar_slots, array_slots, arena_size, dtype, allocate, home_slots)
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
     iattr = np.frombuffer(tape._iattr, np.int64).copy()
     program = Program(code, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),
                       target_slots, np.array(source_list, np.int64), aliases)
+    if home_slots:
+        program.homes = np.zeros(slots.shape[0], np.int64)
+        program.homes[home_slots] = [tape._values[s].__array_interface__["data"][0] for s in home_slots]
+        program.away = (tape._values, home_slots)
     if reads != READS_ALL:
         filled = scalar_slots.size + int(slots[array_slots, oc.SIZE].sum())
         rest = np.flatnonzero(slots[:, oc.OFFSET] >= filled)       # laid out after the values read, in slot order

@@ -122,7 +122,7 @@ def row_times(op, value, np_forward, np_reverse, rounds):
     def reverse():
         written[:] = False
         written[row[0, oc.OUT]] = True
-        reverse_sweep(row, p.slots, p.iattr, p.fattr, p.arena, adjoint, written)
+        reverse_sweep(row, p.slots, p.iattr, p.fattr, p.arena, adjoint, written, p.homes)
 
     forward(), reverse()
     return _best_of(rounds, forward, lambda: np_forward(value), reverse, lambda: np_reverse(value, g))
@@ -157,7 +157,7 @@ def small_row_times(size, scalar_factor, rounds):
     def reverse():
         written[:] = False
         written[target] = True
-        reverse_sweep(p.code, p.slots, p.iattr, p.fattr, arena, adjoint, written)
+        reverse_sweep(p.code, p.slots, p.iattr, p.fattr, arena, adjoint, written, p.homes)
 
     def numpy_calls():
         for _ in range(CHAIN):

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitape as jt
+import jitape.tape
 from jitape import execute
 from jitape.program import lower
 from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
@@ -256,3 +257,60 @@ def test_a_persistent_tapes_arena_holds_what_derivatives_of_any_order_read_until
     tape, y = recorded()
     copy = pickle.loads(pickle.dumps(lower(tape, [y], [x], reads=READS_ANY_ORDER)))
     assert not np.isnan(copy.arena).any()
+
+
+# Large values read where they live (Program.homes): each case's reverse rules read large recorded values
+# (x, w, outputs) through every family of reverse kernel; the float32 and strided operands stay in the arena
+N = 256        # (N, N) = 65,536 entries: program.HOME_MIN_ENTRIES
+HOME_CASES = {
+    "unary and binary": lambda x, w: jt.sin(x) * w + jt.exp(x * 0.1) / (w * w + 1.0),
+    "matmul": lambda x, w: jt.tanh(x @ w),
+    "solve": lambda x, w: jt.linalg.solve(w + 20.0 * jt.eye(N, dtype="float64"), x),
+    "reductions": lambda x, w: jt.reduce_max(x * w, axis=0) + jt.reduce_prod(jt.sigmoid(x), axis=1),
+    "where": lambda x, w: jt.where(x > 0, x * w, -w),
+    "strided and float32 operands": lambda x, w: jt.reduce_sum(x[:, ::2] * w[:, 1::2]) + jt.reduce_sum(jt.cast(
+        jt.cast(x, "float32")[:, :N // 2] * jt.cast(w, "float32")[:, N // 2:], "float64")) + jt.exp(x * 0.01),
+}
+
+
+@pytest.mark.parametrize("case", list(HOME_CASES))
+def test_large_values_read_where_they_live_give_the_gradient_of_a_filled_arena(case, monkeypatch):
+    f = HOME_CASES[case]
+    rng = np.random.default_rng(3)
+    x, w = jt.constant(rng.standard_normal((N, N))), jt.constant(rng.standard_normal((N, N)))
+    with jt.GradientTape(persistent=True) as tape:      # a persistent tape's Program holds every value
+        tape.watch([x, w])
+        y = jt.reduce_sum(f(x, w))
+    expected = [g.numpy() for g in tape.gradient(y, [x, w])]
+    programs = []
+    monkeypatch.setattr(jitape.tape, "source_gradients", lambda program, *rest: programs.append(program) or
+                        execute.source_gradients(program, *rest))
+    with jt.GradientTape() as tape:
+        tape.watch([x, w])
+        y = jt.reduce_sum(f(x, w))
+    found = tape.gradient(y, [x, w])
+    (program,) = programs
+    assert np.count_nonzero(program.homes) >= 1 and np.isnan(program.arena).any()     # homes' rows: NaN
+    for g, e in zip(found, expected):
+        np.testing.assert_array_equal(g.numpy(), e)
+    again = execute.source_gradients(program.complete(), [np.ones((1, 1))], [x, w])    # the values copied in
+    assert program.homes.size == 0
+    for g, e in zip(again, expected):
+        np.testing.assert_array_equal(g.numpy(), e)
+
+
+def test_only_a_non_persistent_tapes_gradient_reads_values_where_they_live():
+    x = jt.constant(np.linspace(-1.0, 1.0, N * N).reshape(N, N))
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = jt.reduce_sum(jt.sin(x) * x)
+    for reads in (READS_FIRST_ORDER, READS_ANY_ORDER):
+        assert lower(tape, [y], [x], reads=reads, homes=True).homes.size == 0
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = jt.reduce_sum(jt.sin(x) * x)
+    assert np.count_nonzero(lower(tape, [y], [x], reads=READS_FIRST_ORDER, homes=True).homes) == 2
+    assert lower(tape, [y], [x], homes=True).homes.size == 0      # READS_ALL: a Program handed out
+    program = lower(tape, [y], [x], reads=READS_FIRST_ORDER, homes=True)
+    copy = pickle.loads(pickle.dumps(program))
+    assert copy.homes.size == 0 and not np.isnan(copy.arena).any()

@@ -49,7 +49,8 @@ def warmup_steps():
             np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
             np.zeros((0, 4), np.int64), np.zeros(0, d))))
         steps.append((f"reverse_sweep[{name}]",
-                      lambda d=dtype: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_))))
+                      lambda d=dtype: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
+                                                    np.zeros(0, np.int64))))
         steps.append((f"per_example_sweep[{name}]", lambda d=dtype: per_example_sweep(
             np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
             np.zeros((0, 1), d), np.zeros((0, 1), d))))

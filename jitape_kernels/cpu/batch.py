@@ -336,10 +336,10 @@ def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint
     work = new_work()
     for r in range(code.shape[0] - 1, -1, -1):
         if modes[r] == ROW:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work, work[:0])
             continue
         if modes[r] == PARAM:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work, work[:0])
             continue
         op = code[r, oc.OP]
         a = code[r, oc.ATTR]

@@ -15,7 +15,7 @@ from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, s
                      solve_reverse)
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
 from .shape import contiguous_run, mapped_forward, mapped_linear, moved_forward, moved_linear
-from .unowned import unowned
+from .unowned import at_address, unowned
 from .workspace import new_work
 
 
@@ -184,10 +184,12 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, assign0=False, assign1=False):
+def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, homes, assign0=False, assign1=False):
     """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs.
-    assign0/assign1: input 0's / input 1's rows are first written here and hold no values yet (only the
-    kernels that `sets_first_write` names take them: they set those rows; the caller zeroes the others')."""
+    homes: per slot, the address of a value read where it lives instead of in the arena (0: in the arena), or
+    empty (every value in the arena): see value_of. assign0/assign1: input 0's / input 1's rows are first
+    written here and hold no values yet (only the kernels that `sets_first_write` names take them: they set
+    those rows; the caller zeroes the others')."""
     K = adjoint.shape[1]
     op = code[r, oc.OP]
     a = code[r, oc.ATTR]
@@ -196,11 +198,11 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, assi
     go = code[r, oc.OUT_ADJ]
     empty = adjoint[0:0]
     flat = adjoint.reshape(adjoint.size)    # K = 1: contiguous 1-D views for the vectorised kernels
-    y = arena[o:o + size]
+    y = value_of(arena, homes, code[r, oc.OUT], o, size)
     g_out = adjoint[go:go + size]
     i0 = code[r, oc.IN0_OFF]
     n0 = slots[code[r, oc.IN0], oc.SIZE]
-    x = arena[i0:i0 + n0]
+    x = value_of(arena, homes, code[r, oc.IN0], i0, n0)
     j0 = code[r, oc.IN0_ADJ]
     g0 = adjoint[j0:j0 + n0] if j0 >= 0 else empty
     if op <= oc.UNARY_LAST:
@@ -216,7 +218,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, assi
         n1 = slots[code[r, oc.IN1], oc.SIZE]
         j1 = code[r, oc.IN1_ADJ]
         g1 = adjoint[j1:j1 + n1] if j1 >= 0 else empty
-        w = arena[i1:i1 + n1]
+        w = value_of(arena, homes, code[r, oc.IN1], i1, n1)
         if op <= oc.BINARY_LAST and K == 1:
             # an inactive input (row -1) gets a placeholder view that the kernel never writes
             binary_reverse_1d(op, x, w, y, flat[go:go + size], flat[max(j0, 0):max(j0, 0) + n0],
@@ -253,6 +255,15 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, assi
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def value_of(arena, homes, slot, offset, size):
+    """The value of `slot`: its arena rows, or the array at its address in `homes` (a large recorded value
+    the reverse sweep of a tape's gradient reads where the tape keeps it: jitape.program's homes)."""
+    if homes.size != 0 and homes[slot] != 0:
+        return at_address(homes[slot], size, arena)
+    return arena[offset:offset + size]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def sets_first_write(op, K, distinct_inputs):
     """Whether op's reverse kernel sets (rather than adds to) the rows of an input it writes first: the K = 1
     elementwise kernels, the reductions, and matmul when its operands are different slots (it writes one
@@ -269,8 +280,9 @@ def _accumulate(adjoint, j, k, value, first):
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
-    """Accumulate K cotangent columns from outputs into inputs, last instruction first.
+def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes):
+    """Accumulate K cotangent columns from outputs into inputs, last instruction first. homes: see
+    reverse_instruction (empty: every value is in the arena).
 
     Only the rows of slots marked in `written` (per slot: the seeded targets) hold
     values on entry; a slot's rows are initialised by their first write (set by
@@ -281,15 +293,15 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written):
     Rows whose output is inactive were pruned at lowering; an inactive input
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
-    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work())
+    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), homes)
 
 
 @njit(cache=True, error_model="numpy")
-def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work):
+def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, homes):
     """reverse_sweep with a workspace (jitape_kernels.cpu.workspace)."""
-    code, slots, iattr, fattr, arena, adjoint, written, work = (
+    code, slots, iattr, fattr, arena, adjoint, written, work, homes = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
-        unowned(written), unowned(work))
+        unowned(written), unowned(work), unowned(homes))
     K = adjoint.shape[1]
     flat = adjoint.reshape(adjoint.size)
     r = code.shape[0] - 1
@@ -299,7 +311,7 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work):
                                     slots, iattr, fattr, arena, flat, written)
             if r < 0:
                 break
-        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work)
+        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, homes)
         r -= 1
 
 
@@ -406,7 +418,7 @@ def _small_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
 
 
 @njit(cache=True, error_model="numpy")
-def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work):
+def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, homes):
     """reverse_sweep's work for row r."""
     K = adjoint.shape[1]
     if not written[code[r, oc.OUT]]:
@@ -459,7 +471,7 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work):
                 assign1 = True
             else:
                 adjoint[j:j + slots[s, oc.SIZE]] = 0
-    reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, assign0, assign1)
+    reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, homes, assign0, assign1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -494,7 +506,8 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                 for i in range(min(steps[s, 4], adjoint.shape[1])):
                     adjoint[seed + i, i] = 1
             written[steps[s, 7]] = True
-            _reverse_rows(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written, work)
+            _reverse_rows(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written, work,
+                          work[:0])
         for m in range(steps[s, 5], steps[s, 6]):
             row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
             if offset < 0:

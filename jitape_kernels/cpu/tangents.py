@@ -277,7 +277,7 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
         if written[code[r, oc.OUT]]:
             for c in range(oc.IN0, oc.IN2 + 1):
                 _first_write(code, r, c, slots, written, adjoint_tangent)
-            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work, work[:0])
         to0, to1 = _second_order_inputs(code[r, oc.OP], code, r)
         if to0:
             _first_write(code, r, oc.IN0, slots, written, adjoint_tangent)
