@@ -92,11 +92,11 @@ class CPU(Backend):
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
         self._kernels.tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
-                                    seeded, seed_row, seed_start, target)
+                                    seeded, seed_row, seed_start, target, program.homes)
 
     def second_order(self, program, adjoint, tangent, adjoint_tangent, seeded):
         return self._kernels.second_order_sweep(program.code, program.slots, program.iattr, program.fattr,
-                                                program.arena, adjoint, tangent, adjoint_tangent, seeded)
+                                                program.arena, adjoint, tangent, adjoint_tangent, seeded, program.homes)
 
     def row_mixing(self, program, batch, seeded):
         return self._kernels.first_row_mixing(program.code, program.slots, program.iattr, batch, seeded,
@@ -108,7 +108,7 @@ class CPU(Backend):
 
     def per_example(self, program, code, modes, layouts, row_adjoint, param_adjoint):
         self._kernels.per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr,
-                                        program.arena, row_adjoint, param_adjoint)
+                                        program.arena, row_adjoint, param_adjoint, program.homes)
 
 
 def _compiled_for(dispatcher, arrays):

@@ -181,11 +181,11 @@ def source_blocks(program, adjoint):
     return blocks
 
 
-def lowered(tape, targets, sources, reads=READS_ANY_ORDER, homes=False):
+def lowered(tape, targets, sources, reads=READS_ANY_ORDER):
     """The Program of a tape's derivative (a persistent tape's are kept: see program.lower) over a workspace
     arena holding the values read by the derivative rules that will run (`reads`, jitape_kernels.planning),
-    large ones left where they live with `homes` (a Program only one reverse sweep runs)."""
-    return lower(tape, targets, sources, _arena, reads, homes)
+    large ones left where they live."""
+    return lower(tape, targets, sources, _arena, reads)
 
 
 def source_gradients(program, seeds, sources):

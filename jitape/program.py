@@ -115,7 +115,7 @@ def fill_arena(values, slots, scalar_slots, array_slots, size, dtype, allocate, 
 NO_HOMES = np.zeros(0, np.int64)
 # below this a value's copy (in cache: ~10 us for 40,000 float64) costs less than reading it where it lives
 # (its address ~2 us, a run of the arena's fill more)
-HOME_MIN_ENTRIES = 1 << 16
+HOME_MIN_ENTRIES = 1 << 16      # above the CPU scalar loops' SMALL rows, which read the arena directly
 
 
 def _home_slots(values, slots, array_slots, dtype):
@@ -135,24 +135,24 @@ def _slot_if_tracked(tape, t):
     return tape._slot(t) if t._id in tape._tracked else -1
 
 
-def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL, homes=False):
+def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
     """The Program computing d(targets)/d(sources) from what `tape` recorded.
-
-    homes (a non-persistent tape's Program that only a reverse sweep will run, then drop): large recorded
-    values are not copied into the arena; the sweep reads them where the tape keeps them (Program.homes: their
-    addresses, valid while the tape lives). complete() copies them in before anything else may see the Program.
 
     `allocate(size, dtype)` provides the arena (a reused workspace for internal sweeps). `reads` (see
     jitape_kernels.planning): which derivative rules will run on it, so that its arena is filled only with the
     values they read (READS_ALL: every value; the Program handed out by tape.program). A persistent tape keeps
     its Programs (each with an arena of its own, filled with what the rules of any order read), keyed by what
     was recorded so far and the (targets, sources) slots: repeated derivatives of one recording never plan again.
+    With reads other than READS_ALL (the Programs of the tape's own derivatives), large recorded values are not
+    copied: the sweeps read them where the tape keeps them (Program.homes: their addresses; the tape's list of
+    values holds them, and recorded values are never written in place); complete() copies them in before a
+    Program is handed out.
     """
     target_slots = np.array([_slot_if_tracked(tape, t) for t in targets], np.int64)
     source_list = [_slot_if_tracked(tape, s) for s in sources]
     alias_lists = [tape._aliases.get(s._id, []) for s in sources]
     if not tape._persistent:
-        return _lower(tape, target_slots, source_list, alias_lists, allocate, reads, homes)
+        return _lower(tape, target_slots, source_list, alias_lists, allocate, reads)
     key = (len(tape._rows), len(tape._slot_rows), target_slots.tobytes(), tuple(source_list),
            tuple(map(tuple, alias_lists)))
     program = tape._programs.get(key)
@@ -169,7 +169,7 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL, homes=Fals
 _PROGRAMS_KEPT = 8      # per persistent tape: a gradient, a Jacobian, a Hessian ... of one recording
 
 
-def _lower(tape, target_slots, source_list, alias_lists, allocate, reads, homes=False):
+def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
     aliases = tuple(np.array(a, np.int64) for a in alias_lists)
     # views, not copies: they die with this call, so the tape's arrays can still grow
     rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
@@ -178,7 +178,7 @@ def _lower(tape, target_slots, source_list, alias_lists, allocate, reads, homes=
         rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), False, reads)
     dtype = np.dtype(np.float64 if is_float64 else np.float32)
     home_slots = (_home_slots(tape._values, slots, array_slots, dtype)
-                  if homes and reads != READS_ALL and arena_size >= HOME_MIN_ENTRIES else [])
+                  if reads != READS_ALL and arena_size >= HOME_MIN_ENTRIES else [])
     arena = fill_arena(tape._values, slots, scalar_slots, array_slots, arena_size, dtype, allocate, home_slots)
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
     iattr = np.frombuffer(tape._iattr, np.int64).copy()

@@ -66,8 +66,7 @@ class GradientTape(Recording):
         if must_record:
             found = recorded.gradient(self, targets, seeds, float_sources)
         else:
-            # a non-persistent tape's Program: only this reverse sweep runs it, so large values stay home
-            program = lowered(self, targets, float_sources, READS_FIRST_ORDER, homes=True)
+            program = lowered(self, targets, float_sources, READS_FIRST_ORDER)
             found = source_gradients(program, seeds, float_sources)
             for trace in traces:
                 trace.record_gradient(targets[0], float_sources, found)

@@ -10,9 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitape as jt
+import jitape.program
 import jitape.tape
 from jitape import execute
 from jitape.program import lower
+from jitape_kernels.cpu.interpreter import SMALL
 from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
 
 STEPS = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 10**6)), min_size=1, max_size=12)
@@ -278,39 +280,85 @@ def test_large_values_read_where_they_live_give_the_gradient_of_a_filled_arena(c
     f = HOME_CASES[case]
     rng = np.random.default_rng(3)
     x, w = jt.constant(rng.standard_normal((N, N))), jt.constant(rng.standard_normal((N, N)))
-    with jt.GradientTape(persistent=True) as tape:      # a persistent tape's Program holds every value
-        tape.watch([x, w])
-        y = jt.reduce_sum(f(x, w))
-    expected = [g.numpy() for g in tape.gradient(y, [x, w])]
+
+    def gradient():
+        with jt.GradientTape() as tape:
+            tape.watch([x, w])
+            y = jt.reduce_sum(f(x, w))
+        return [g.numpy() for g in tape.gradient(y, [x, w])]
+
     programs = []
     monkeypatch.setattr(jitape.tape, "source_gradients", lambda program, *rest: programs.append(program) or
                         execute.source_gradients(program, *rest))
-    with jt.GradientTape() as tape:
-        tape.watch([x, w])
-        y = jt.reduce_sum(f(x, w))
-    found = tape.gradient(y, [x, w])
+    found = gradient()
     (program,) = programs
     assert np.count_nonzero(program.homes) >= 1 and np.isnan(program.arena).any()     # homes' rows: NaN
-    for g, e in zip(found, expected):
-        np.testing.assert_array_equal(g.numpy(), e)
+    monkeypatch.setattr(jitape.program, "HOME_MIN_ENTRIES", 1 << 62)      # every value copied into the arena
+    for g, e in zip(found, gradient()):
+        np.testing.assert_array_equal(g, e)
     again = execute.source_gradients(program.complete(), [np.ones((1, 1))], [x, w])    # the values copied in
     assert program.homes.size == 0
-    for g, e in zip(again, expected):
+    for g, e in zip(again, found):
         np.testing.assert_array_equal(g.numpy(), e)
 
 
-def test_only_a_non_persistent_tapes_gradient_reads_values_where_they_live():
-    x = jt.constant(np.linspace(-1.0, 1.0, N * N).reshape(N, N))
+def _every_derivative(persistent):
+    """Every derivative path of a tape (sweeps: reverse K = 1 and K > 1, tangent, second-order, per-example)
+    over ops whose rules read their values: matmul, sin, exp, sigmoid, max, prod."""
+    rng = np.random.default_rng(5)
+    x, w = jt.constant(rng.standard_normal((4, 6))), jt.constant(rng.standard_normal((6, 8)) * 0.5)
+    results = []
+    for derivative in range(7):
+        with jt.GradientTape(persistent=persistent) as tape:
+            tape.watch([x, w])
+            h = x @ w
+            rows = jt.sin(h) * jt.exp(h * 0.1)                                                 # (4, 8)
+            per_example = jt.reduce_sum(rows, axis=1) + jt.reduce_max(x, axis=1) * jt.reduce_prod(jt.sigmoid(x), axis=1)
+            y = jt.reduce_sum(per_example)
+        results += [np.asarray(r) for r in (
+            (lambda: tape.gradient(y, [x, w])),
+            (lambda: [tape.jacobian(per_example, x)]),       # reverse mode: K = 4 columns
+            (lambda: [tape.jacobian(rows, x)]),              # forward mode: K = 24 tangent columns
+            (lambda: [tape.batch_jacobian(rows, x)]),
+            (lambda: tape.per_example_gradients(per_example, [w])),
+            (lambda: [tape.hessian(y, x)]),
+            (lambda: [tape.hessian_vector_product(y, w, jt.ones_like(w))]),
+        )[derivative]()]
+    return results
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_every_derivative_path_reads_values_where_they_live(persistent, monkeypatch):
+    monkeypatch.setattr(jitape.program, "HOME_MIN_ENTRIES", 1 << 62)
+    expected = _every_derivative(persistent)
+    homes = []
+    home_slots = jitape.program._home_slots
+    monkeypatch.setattr(jitape.program, "_home_slots", lambda *args: homes.append(home_slots(*args)) or homes[-1])
+    monkeypatch.setattr(jitape.program, "HOME_MIN_ENTRIES", SMALL + 1)   # every value the scalar loops do not take
+    found = _every_derivative(persistent)
+    assert len(homes) >= 7 and all(len(h) >= 3 for h in homes)      # x, w, and values the rules read
+    for f, e in zip(found, expected):
+        np.testing.assert_array_equal(f, e)
+
+
+def test_values_small_enough_for_the_scalar_loops_stay_in_the_arena():
+    """The CPU sweeps' loops over rows of at most SMALL entries read the arena directly."""
+    assert jitape.program.HOME_MIN_ENTRIES > SMALL
+
+
+def test_programs_handed_out_hold_every_value(monkeypatch):
+    monkeypatch.setattr(jitape.program, "HOME_MIN_ENTRIES", SMALL + 1)
+    x = jt.constant(np.linspace(-1.0, 1.0, 20).reshape(4, 5))
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
         y = jt.reduce_sum(jt.sin(x) * x)
-    for reads in (READS_FIRST_ORDER, READS_ANY_ORDER):
-        assert lower(tape, [y], [x], reads=reads, homes=True).homes.size == 0
+    assert np.count_nonzero(lower(tape, [y], [x], reads=READS_ANY_ORDER).homes) == 2
+    g = tape.gradient(y, x).numpy()     # the kept Program, its values at home
+    program = tape.program(y, x)        # the same Program, its values copied in
+    assert program.homes.size == 0 and not np.isnan(program.arena).any()
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), g)
     with jt.GradientTape() as tape:
         tape.watch(x)
         y = jt.reduce_sum(jt.sin(x) * x)
-    assert np.count_nonzero(lower(tape, [y], [x], reads=READS_FIRST_ORDER, homes=True).homes) == 2
-    assert lower(tape, [y], [x], homes=True).homes.size == 0      # READS_ALL: a Program handed out
-    program = lower(tape, [y], [x], reads=READS_FIRST_ORDER, homes=True)
-    copy = pickle.loads(pickle.dumps(program))
+    copy = pickle.loads(pickle.dumps(lower(tape, [y], [x], reads=READS_FIRST_ORDER)))
     assert copy.homes.size == 0 and not np.isnan(copy.arena).any()

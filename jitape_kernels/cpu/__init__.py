@@ -53,12 +53,12 @@ def warmup_steps():
                                                     np.zeros(0, np.int64))))
         steps.append((f"per_example_sweep[{name}]", lambda d=dtype: per_example_sweep(
             np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
-            np.zeros((0, 1), d), np.zeros((0, 1), d))))
+            np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64))))
         steps.append((f"tangent_sweep[{name}]",
                       lambda d=dtype: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
-                                                  -1, 0, -1)))
+                                                  -1, 0, -1, np.zeros(0, np.int64))))
         steps.append((f"second_order_sweep[{name}]", lambda d=dtype: second_order_sweep(
             *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
-            np.zeros(0, np.int64))))
+            np.zeros(0, np.int64), np.zeros(0, np.int64))))
         steps.append((f"optimizers[{name}]", lambda d=dtype: _optimizer_steps(d)))
     return steps

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
-from .interpreter import reverse_instruction
+from .interpreter import reverse_instruction, value_of
 from .linalg import matmul_batch, matmul_reverse
 from .shape import leading_broadcast_block
 from .unowned import unowned
@@ -326,20 +326,21 @@ def per_example_plan(code, slots, iattr, adjoint_rows, batch):
 
 
 @njit(cache=True, error_model="numpy")
-def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint):
+def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes):
     """Reverse sweep of a per_example_plan: row instructions on the one-column buffer, parameter
-    instructions on the `batch`-column buffer, junctions splitting contributions by example."""
-    code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint = (
+    instructions on the `batch`-column buffer, junctions splitting contributions by example. homes: values read
+    where they live (see interpreter.reverse_instruction)."""
+    code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes = (
         unowned(code), unowned(modes), unowned(post), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena),
-        unowned(row_adjoint), unowned(param_adjoint))
+        unowned(row_adjoint), unowned(param_adjoint), unowned(homes))
     batch = param_adjoint.shape[1]
     work = new_work()
     for r in range(code.shape[0] - 1, -1, -1):
         if modes[r] == ROW:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work, work[:0])
+            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work, homes)
             continue
         if modes[r] == PARAM:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work, work[:0])
+            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work, homes)
             continue
         op = code[r, oc.OP]
         a = code[r, oc.ATTR]
@@ -357,9 +358,9 @@ def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint
         # MATMUL with a parameter on the right: dW[bw, :, :, b] = sum over example b's rows of x_q^T g_q
         batch_a, batch_b, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
         i0 = code[r, oc.IN0_OFF]
-        x = arena[i0:i0 + slots[code[r, oc.IN0], oc.SIZE]]
+        x = value_of(arena, homes, code[r, oc.IN0], i0, slots[code[r, oc.IN0], oc.SIZE])
         i1 = code[r, oc.IN1_OFF]
-        w = arena[i1:i1 + slots[code[r, oc.IN1], oc.SIZE]]
+        w = value_of(arena, homes, code[r, oc.IN1], i1, slots[code[r, oc.IN1], oc.SIZE])
         g_out = row_adjoint[go:go + size]
         j0 = code[r, oc.IN0_ADJ]
         if j0 >= 0:

@@ -18,7 +18,7 @@ from numba import njit
 
 from .. import opcodes as oc
 from .elementwise import binary_second, binary_tangent, unary_reverse, unary_second, where_linear
-from .interpreter import params, reverse_instruction
+from .interpreter import params, reverse_instruction, value_of
 from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tangent, matmul_tangent, solve_second,
                      solve_tangent)
 from .reduction import cumsum_linear, prod_second, reduce_linear
@@ -102,7 +102,7 @@ def _live_row(code, r, c, live):
 
 
 @njit(cache=True, error_model="numpy")
-def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target):
+def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target, homes):
     """Fill the K tangent columns y' = sum_i J_i x_i' of the outputs whose tangents are needed, in
     program order: toward `target` (a slot: forward-mode Jacobians), with target -1 those the
     second-order sweep reads, with -2 all of them. Other rows are left as they are (never read).
@@ -113,11 +113,12 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
     to the seed, so upstream sources still see total derivatives. Other rows
     are zeroed before they are accumulated into. seed_row >= 0 says the rows from seed_row hold
     the identity's columns seed_start.. : a matmul with that operand copies
-    instead of multiplying by the identity. -1 for other seeds.
+    instead of multiplying by the identity. -1 for other seeds. homes: values read where they live (see
+    interpreter.reverse_instruction).
     """
-    code, slots, iattr, fattr, arena, tangent, seeded = (unowned(code), unowned(slots), unowned(iattr),
-                                                         unowned(fattr), unowned(arena), unowned(tangent),
-                                                         unowned(seeded))
+    code, slots, iattr, fattr, arena, tangent, seeded, homes = (unowned(code), unowned(slots), unowned(iattr),
+                                                                unowned(fattr), unowned(arena), unowned(tangent),
+                                                                unowned(seeded), unowned(homes))
     empty = tangent[0:0]
     transpose = tangent.shape[1] < 0      # run-time False: the reverse sweep's linear kernels serve as they are
     needed = _tangents_needed(code, slots, target)
@@ -137,17 +138,17 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
         a = code[r, oc.ATTR]
         size = slots[code[r, oc.OUT], oc.SIZE]
         o = code[r, oc.OUT_OFF]
-        y = arena[o:o + size]
+        y = value_of(arena, homes, code[r, oc.OUT], o, size)
         t_out = tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + size]
         i0 = code[r, oc.IN0_OFF]
         n0 = slots[code[r, oc.IN0], oc.SIZE]
-        x = arena[i0:i0 + n0]
+        x = value_of(arena, homes, code[r, oc.IN0], i0, n0)
         j0 = _live_row(code, r, 0, live)
         t0 = tangent[j0:j0 + n0] if j0 >= 0 else empty
         j1 = _live_row(code, r, 1, live)
         n1 = slots[code[r, oc.IN1], oc.SIZE] if code[r, oc.IN1] >= 0 else 0
         t1 = tangent[j1:j1 + n1] if j1 >= 0 else empty
-        w = arena[code[r, oc.IN1_OFF]:code[r, oc.IN1_OFF] + n1]
+        w = value_of(arena, homes, code[r, oc.IN1], code[r, oc.IN1_OFF], n1)
         if op <= oc.UNARY_LAST:
             if j0 >= 0:
                 p0, p1 = params(op, iattr, fattr, a)
@@ -185,7 +186,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
 
 
 @njit(cache=True, error_model="numpy")
-def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live):
+def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, homes):
     """Instruction r's second-order kernel; adjoint is the one-column cotangent buffer, live says which
     tangents can be nonzero (see live_tangents)."""
     g = adjoint.reshape(adjoint.size)
@@ -194,12 +195,12 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
     size = slots[code[r, oc.OUT], oc.SIZE]
     o = code[r, oc.OUT_OFF]
     go = code[r, oc.OUT_ADJ]
-    y = arena[o:o + size]
+    y = value_of(arena, homes, code[r, oc.OUT], o, size)
     g_out = g[go:go + size]
     empty = tangent[0:0]
     i0 = code[r, oc.IN0_OFF]
     n0 = slots[code[r, oc.IN0], oc.SIZE]
-    x = arena[i0:i0 + n0]
+    x = value_of(arena, homes, code[r, oc.IN0], i0, n0)
     j0 = code[r, oc.IN0_ADJ]
     t0 = tangent[j0:j0 + n0] if j0 >= 0 else empty
     gt0 = adjoint_tangent[j0:j0 + n0] if j0 >= 0 else empty
@@ -223,7 +224,7 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
     j1 = code[r, oc.IN1_ADJ]
     t1 = tangent[j1:j1 + n1] if j1 >= 0 else empty
     gt1 = adjoint_tangent[j1:j1 + n1] if j1 >= 0 else empty
-    w = arena[code[r, oc.IN1_OFF]:code[r, oc.IN1_OFF] + n1]
+    w = value_of(arena, homes, code[r, oc.IN1], code[r, oc.IN1_OFF], n1)
     if op <= oc.BINARY_LAST:
         if j0 >= 0 or j1 >= 0:
             binary_second(op, x, w, y, g_out, t0, t1, gt0, gt1, j0 >= 0, j1 >= 0, live0,
@@ -256,7 +257,7 @@ def _first_write(code, r, c, slots, written, adjoint_tangent):
 
 
 @njit(cache=True, error_model="numpy")
-def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded):
+def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes):
     """Accumulate the tangents of the cotangents, last instruction first; returns, per slot, whether
     its rows of adjoint_tangent were written (rows never written hold no values: read them as zeros).
 
@@ -267,9 +268,9 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
     output was never written (no second-order term reached it: a loss's linear tail)
     skips its reverse rule, and rows are zeroed only when first written.
     """
-    code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded = (
+    code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
-        unowned(tangent), unowned(adjoint_tangent), unowned(seeded))
+        unowned(tangent), unowned(adjoint_tangent), unowned(seeded), unowned(homes))
     written = np.zeros(slots.shape[0], np.bool_)
     live = live_tangents(code, slots, seeded)
     work = new_work()
@@ -277,11 +278,11 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
         if written[code[r, oc.OUT]]:
             for c in range(oc.IN0, oc.IN2 + 1):
                 _first_write(code, r, c, slots, written, adjoint_tangent)
-            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work, work[:0])
+            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work, homes)
         to0, to1 = _second_order_inputs(code[r, oc.OP], code, r)
         if to0:
             _first_write(code, r, oc.IN0, slots, written, adjoint_tangent)
         if to1:
             _first_write(code, r, oc.IN1, slots, written, adjoint_tangent)
-        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live)
+        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, homes)
     return written
