@@ -50,10 +50,13 @@ class Program:
         READS_ALL, they were left unwritten) and those of the values its reverse sweep reads where they live
         (`homes`, see lower): before the Program is handed out, pickled, saved or run by another sweep."""
         unfilled = self.__dict__.pop("unfilled", None)
-        if unfilled is not None and unfilled[1].size:
-            values, rest, start = unfilled
-            np.concatenate([np.ravel(values[s]) for s in rest.tolist()], axis=None,
-                           out=self.arena[start:start + int(self.slots[rest, oc.SIZE].sum())], casting="same_kind")
+        if unfilled is not None:
+            values, n_scalar, array_slots = unfilled
+            start = n_scalar + int(self.slots[array_slots, oc.SIZE].sum())
+            rest = np.flatnonzero(self.slots[:, oc.OFFSET] >= start)    # laid out after the values read, in slot order
+            if rest.size:
+                np.concatenate([np.ravel(values[s]) for s in rest.tolist()], axis=None,
+                               out=self.arena[start:start + int(self.slots[rest, oc.SIZE].sum())], casting="same_kind")
         away = self.__dict__.pop("away", None)
         if away is not None:
             values, home_slots = away
@@ -189,9 +192,7 @@ def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
         program.homes[home_slots] = [tape._values[s].__array_interface__["data"][0] for s in home_slots]
         program.away = (tape._values, home_slots)
     if reads != READS_ALL:
-        filled = scalar_slots.size + int(slots[array_slots, oc.SIZE].sum())
-        rest = np.flatnonzero(slots[:, oc.OFFSET] >= filled)       # laid out after the values read, in slot order
-        # the tape's list of values only grows (slot numbers stay valid)
-        program.unfilled = (tape._values, rest, filled)
+        # the tape's list of values only grows (slot numbers stay valid); complete() finds the slots left out
+        program.unfilled = (tape._values, scalar_slots.size, array_slots)
     return program
 

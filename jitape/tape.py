@@ -260,6 +260,8 @@ class GradientTape(Recording):
 
 
 def _unconnected_mode(value):
+    if value is UnconnectedGradients.NONE:     # the default: no enum lookup
+        return value
     try:
         return UnconnectedGradients(value.value if isinstance(value, UnconnectedGradients) else value)
     except ValueError:
