@@ -31,8 +31,8 @@ class Program:
     # the arena never changes (a persistent tape's Program): the cotangents of its scalar target seeded with one
     # are kept once a sweep computed them, so a gradient and then an HVP or a Hessian share one reverse sweep
     keeps_cotangents: bool = False
-    # per slot, the address of a value the reverse sweep reads where it lives, not in the arena (0: in the
-    # arena); NO_HOMES: every value is in the arena (see lower's `homes`)
+    # per slot, the address of a value the sweeps read where it lives, not in the arena (0: in the arena);
+    # NO_HOMES: every value is in the arena (see lower)
     homes: np.ndarray = None
 
     def __post_init__(self):
@@ -47,8 +47,8 @@ class Program:
 
     def complete(self):
         """Fill the arena rows no derivative rule of this Program reads (planned with fewer reads than
-        READS_ALL, they were left unwritten) and those of the values its reverse sweep reads where they live
-        (`homes`, see lower): before the Program is handed out, pickled, saved or run by another sweep."""
+        READS_ALL, they were left unwritten) and those of the values its sweeps read where they live (`homes`,
+        see lower): before the Program is handed out, pickled or saved."""
         unfilled = self.__dict__.pop("unfilled", None)
         if unfilled is not None:
             values, n_scalar, array_slots = unfilled
@@ -122,7 +122,7 @@ HOME_MIN_ENTRIES = 1 << 16      # above the CPU scalar loops' SMALL rows, which 
 
 
 def _home_slots(values, slots, array_slots, dtype):
-    """The slots among `array_slots` whose recorded values the reverse sweep can read where they live: large,
+    """The slots among `array_slots` whose recorded values the sweeps can read where they live: large,
     C-contiguous arrays of the arena's dtype."""
     large = array_slots[slots[array_slots, oc.SIZE] >= HOME_MIN_ENTRIES].tolist()
     return [s for s in large if type(values[s]) is np.ndarray and values[s].dtype == dtype

@@ -256,8 +256,8 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, home
 
 @njit(cache=True, error_model="numpy", inline="always")
 def value_of(arena, homes, slot, offset, size):
-    """The value of `slot`: its arena rows, or the array at its address in `homes` (a large recorded value
-    the reverse sweep of a tape's gradient reads where the tape keeps it: jitape.program's homes)."""
+    """The value of `slot`: its arena rows, or the array at its address in `homes` (a large recorded value a
+    tape's derivative sweeps read where the tape keeps it: jitape.program's homes)."""
     if homes.size != 0 and homes[slot] != 0:
         return at_address(homes[slot], size, arena)
     return arena[offset:offset + size]

@@ -5,7 +5,7 @@ numba counts references to an array's memory atomically (a locked add and a lock
 row's kernels take a dozen views of the arena and the adjoint: ~100 ns a row, more than the arithmetic of a
 row of a few entries (W6a's step: 2.8 us for 21 rows of three entries). A view of an array whose meminfo is
 NULL has a NULL meminfo too, and numba skips the counting of those. at_address makes such a view of memory
-outside the sweep's arrays: a large recorded value that a reverse sweep reads where the tape keeps it.
+outside the sweep's arrays: a large recorded value that the sweeps read where the tape keeps it.
 """
 from numba import types
 from numba.core import cgutils
