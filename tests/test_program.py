@@ -302,13 +302,23 @@ def test_large_values_read_where_they_live_give_the_gradient_of_a_filled_arena(c
         np.testing.assert_array_equal(g.numpy(), e)
 
 
+def _chunked(jacobian):
+    """`jacobian()` with jt.config.jacobian_memory_bytes so small that each sweep carries one column."""
+    kept = jt.config.jacobian_memory_bytes
+    jt.config.jacobian_memory_bytes = 1
+    try:
+        return jacobian()
+    finally:
+        jt.config.jacobian_memory_bytes = kept
+
+
 def _every_derivative(persistent):
-    """Every derivative path of a tape (sweeps: reverse K = 1 and K > 1, tangent, second-order, per-example)
+    """Every derivative path of a tape (sweeps: reverse K = 1, K > 1 and chunked, tangent, second-order, per-example)
     over ops whose rules read their values: matmul, sin, exp, sigmoid, max, prod."""
     rng = np.random.default_rng(5)
     x, w = jt.constant(rng.standard_normal((4, 6))), jt.constant(rng.standard_normal((6, 8)) * 0.5)
     results = []
-    for derivative in range(7):
+    for derivative in range(9):
         with jt.GradientTape(persistent=persistent) as tape:
             tape.watch([x, w])
             h = x @ w
@@ -323,6 +333,8 @@ def _every_derivative(persistent):
             (lambda: tape.per_example_gradients(per_example, [w])),
             (lambda: [tape.hessian(y, x)]),
             (lambda: [tape.hessian_vector_product(y, w, jt.ones_like(w))]),
+            (lambda: [_chunked(lambda: tape.jacobian(rows, w))]),        # reverse mode, one column per sweep
+            (lambda: [_chunked(lambda: tape.jacobian(per_example, x))]),
         )[derivative]()]
     return results
 
@@ -336,7 +348,7 @@ def test_every_derivative_path_reads_values_where_they_live(persistent, monkeypa
     monkeypatch.setattr(jitape.program, "_home_slots", lambda *args: homes.append(home_slots(*args)) or homes[-1])
     monkeypatch.setattr(jitape.program, "HOME_MIN_ENTRIES", SMALL + 1)   # every value the scalar loops do not take
     found = _every_derivative(persistent)
-    assert len(homes) >= 7 and all(len(h) >= 3 for h in homes)      # x, w, and values the rules read
+    assert len(homes) >= 9 and all(len(h) >= 3 for h in homes)      # x, w, and values the rules read
     for f, e in zip(found, expected):
         np.testing.assert_array_equal(f, e)
 
