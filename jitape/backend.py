@@ -9,6 +9,7 @@ import abc
 import functools
 
 from . import config
+from .recycling import workspace
 
 
 class Backend(abc.ABC):
@@ -18,9 +19,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def replay(self, code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused,
-               places, scratch):
+               places, scratch, temps):
         """A replay's forward sweep (fused groups block by block) and gradient steps in program order, then its
         guards: whether they hold (see jitape_kernels.cpu.interpreter.replay_sweep)."""
+
+    @abc.abstractmethod
+    def replay_temps(self, code, step_code, iattr, columns, dtype):
+        """The kernels' scratch buffer for replay() of `code` and `step_code` with `columns` adjoint columns."""
 
     def bind_replay(self, *arrays):
         """replay() bound to its arrays (which must stay the same objects): a callable of no arguments. A backend
@@ -86,17 +91,29 @@ class CPU(Backend):
         # typing of fourteen arguments (~2 us of a ~6 us small replay)
         return functools.partial(_compiled_for(self._kernels.replay_sweep, arrays), *arrays)
 
+    def replay_temps(self, code, step_code, iattr, columns, dtype):
+        return max((self._kernels.new_temps(c, iattr, columns, dtype) for c in (code, step_code)), key=len)
+
+    def _temps(self, program, columns):
+        """The kernels' scratch for a sweep of `columns` columns over `program` (planned once per Program)."""
+        planned = program.__dict__.get("temps")
+        if planned is None:
+            planned = program.temps = self._kernels.planned_temps(program.code, program.iattr)
+        return workspace.take("temps", planned[0] + planned[1] * columns, program.dtype)
+
     def reverse(self, program, adjoint, written):
         self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
-                                    written, program.homes)
+                                    written, program.homes, self._temps(program, adjoint.shape[1]))
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
         self._kernels.tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
-                                    seeded, seed_row, seed_start, target, program.homes)
+                                    seeded, seed_row, seed_start, target, program.homes,
+                                    self._temps(program, tangent.shape[1]))
 
     def second_order(self, program, adjoint, tangent, adjoint_tangent, seeded):
         return self._kernels.second_order_sweep(program.code, program.slots, program.iattr, program.fattr,
-                                                program.arena, adjoint, tangent, adjoint_tangent, seeded, program.homes)
+                                                program.arena, adjoint, tangent, adjoint_tangent, seeded, program.homes,
+                                                self._temps(program, tangent.shape[1]))
 
     def row_mixing(self, program, batch, seeded):
         return self._kernels.first_row_mixing(program.code, program.slots, program.iattr, batch, seeded,
@@ -107,8 +124,12 @@ class CPU(Backend):
                                               batch)
 
     def per_example(self, program, code, modes, layouts, row_adjoint, param_adjoint):
+        temps = workspace.take("temps", self._kernels.per_example_temps(code, modes, program.slots, program.iattr,
+                                                                        param_adjoint.shape[1]), program.dtype)
         self._kernels.per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr,
-                                        program.arena, row_adjoint, param_adjoint, program.homes)
+                                        program.arena, row_adjoint, param_adjoint, program.homes, temps)
+
+
 
 
 def _compiled_for(dispatcher, arrays):

@@ -1,8 +1,6 @@
 """The executor: runs Programs on the current backend (jitape.backend): seeding the adjoint and tangent
 buffers, the reverse, tangent and second-order sweeps, chunking K columns to the memory budget, unpacking
 source results."""
-import sys
-import threading
 
 import numpy as np
 
@@ -11,32 +9,10 @@ from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
 
 from . import backend, config, recycling
 from .program import lower
+from .recycling import workspace as _workspace
 from .tensor import VIEWS_FROM, Tensor
 
 
-class _Workspace(threading.local):
-    """Per-thread arena and adjoint buffers reused across sweeps.
-
-    Fresh multi-megabyte buffers cost a page fault per 4 KiB on first touch,
-    more than an MLP's whole reverse sweep; buffers above jt.config.workspace_reuse_bytes are not kept.
-    A buffer that a gradient still views (see source_gradients) is not handed out again: a new one replaces it.
-    """
-
-    def __init__(self):
-        self.buffers = {}
-
-    def take(self, name, size, dtype):
-        dtype = np.dtype(dtype)
-        if size * dtype.itemsize > config.workspace_reuse_bytes:
-            return np.empty(size, dtype)
-        buf = self.buffers.get((name, dtype))
-        if buf is None or buf.size < size or sys.getrefcount(buf) > _HELD:
-            buf = self.buffers[(name, dtype)] = np.empty(max(size, 1024), dtype)
-        return buf[:size]
-
-
-_HELD = 3      # sys.getrefcount of a workspace buffer nothing else views: the dict's, take()'s name, the call's
-_workspace = _Workspace()
 
 
 def _arena(size, dtype):

@@ -42,7 +42,8 @@ class Program:
     def __getstate__(self):
         self.complete()
         state = dict(self.__dict__)
-        state.pop("cotangents", None)       # a cache, not part of the Program
+        state.pop("cotangents", None)       # caches, not part of the Program
+        state.pop("temps", None)
         return state
 
     def complete(self):

@@ -1,9 +1,14 @@
-"""Large buffers that outlive a call: a persistent tape's Programs keep their arena and cotangents. A fresh
-multi-megabyte buffer costs a page fault per 4 KiB on its first touch (7 ms for 40 MB here, more than a
-sweep over it), and glibc hands buffers above 32 MiB back to the system when freed, so every new tape would
-pay it again. Such buffers are handed out here, and once their owner is gone and nothing else references
-them (no view of them survives), they are handed out again; at most jt.config.workspace_reuse_bytes of them
-wait unused."""
+"""Buffers reused instead of allocated.
+
+- The sweeps' per-thread workspace (`workspace`): arena, adjoint, tangent and kernel scratch buffers reused
+  across sweeps.
+- Large buffers that outlive a call: a persistent tape's Programs keep their arena and cotangents. A fresh
+  multi-megabyte buffer costs a page fault per 4 KiB on its first touch (7 ms for 40 MB here, more than a
+  sweep over it), and glibc hands buffers above 32 MiB back to the system when freed, so every new tape would
+  pay it again. Such buffers are handed out here (take, keep), and once their owner is gone and nothing else
+  references them (no view of them survives), they are handed out again; at most
+  jt.config.workspace_reuse_bytes of them wait unused.
+"""
 import sys
 import threading
 import weakref
@@ -70,3 +75,28 @@ def _unused(forget_shared=True):
 
 def _forget(entry):
     _owned[:] = [e for e in _owned if e is not entry]
+
+
+class _Workspace(threading.local):
+    """Per-thread arena and adjoint buffers reused across sweeps.
+
+    Fresh multi-megabyte buffers cost a page fault per 4 KiB on first touch,
+    more than an MLP's whole reverse sweep; buffers above jt.config.workspace_reuse_bytes are not kept.
+    A buffer that a gradient still views (see source_gradients) is not handed out again: a new one replaces it.
+    """
+
+    def __init__(self):
+        self.buffers = {}
+
+    def take(self, name, size, dtype):
+        dtype = np.dtype(dtype)
+        if size * dtype.itemsize > config.workspace_reuse_bytes:
+            return np.empty(size, dtype)
+        buf = self.buffers.get((name, dtype))
+        if buf is None or buf.size < size or sys.getrefcount(buf) > _HELD:
+            buf = self.buffers[(name, dtype)] = np.empty(max(size, 1024), dtype)
+        return buf[:size]
+
+
+_HELD = 3      # sys.getrefcount of a workspace buffer nothing else views: the dict's, take()'s name, the call's
+workspace = _Workspace()

@@ -331,7 +331,8 @@ class Concrete:
         device = backends.current(backend_name)
         replay = self._replayers[device.name] = device.bind_replay(
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
-            self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch)
+            self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch,
+            device.replay_temps(self._run_code, self._step_code, self.iattr, 1, self.dtype))
         return replay
 
     def bind_gradient(self, purpose, target, sources, dtypes, backend_name=None, columns=1):
@@ -349,10 +350,12 @@ class Concrete:
         moves = [[row, self.slots[s, oc.SIZE] if row >= 0 else 0, -1, max(s, 0)] for row, s in zip(rows, sources)]
         adjoint = np.empty((max(self._adjoint.shape[0], program.adjoint_size), columns), self.dtype)
         device = backends.current(backend_name)
+        step_code = np.vstack([self._step_code, program.code])
         self._replayers[device.name, purpose] = device.bind_replay(
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, np.vstack([self._steps, [step]]),
-            np.vstack([self._step_code, program.code]), np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]),
-            adjoint, self._guards, self._expected, self._fused, self._places, self._scratch)
+            step_code, np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]), adjoint, self._guards,
+            self._expected, self._fused, self._places, self._scratch,
+            device.replay_temps(self._run_code, step_code, self.iattr, columns, self.dtype))
         self._gradient_rows[purpose] = (adjoint, [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                   for row, s, dtype in zip(rows, sources, dtypes)])
 

@@ -18,7 +18,7 @@ import numpy as np
 import jitape as jt
 from jitape import program as programs
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu import forward_sweep, reverse_sweep
+from jitape_kernels.cpu import forward_sweep, new_temps, reverse_sweep
 
 RNG = np.random.default_rng(9)
 TALL = RNG.standard_normal((10_000, 100))       # W10's distance matrix
@@ -115,14 +115,15 @@ def row_times(op, value, np_forward, np_reverse, rounds):
     p = program
     written = np.zeros(p.slots.shape[0], np.bool_)
     g = RNG.standard_normal(y.shape)
+    temps = new_temps(row, p.iattr, 1, p.dtype)
 
     def forward():
-        forward_sweep(row, p.slots, p.iattr, p.fattr, p.arena)
+        forward_sweep(row, p.slots, p.iattr, p.fattr, p.arena, temps)
 
     def reverse():
         written[:] = False
         written[row[0, oc.OUT]] = True
-        reverse_sweep(row, p.slots, p.iattr, p.fattr, p.arena, adjoint, written, p.homes)
+        reverse_sweep(row, p.slots, p.iattr, p.fattr, p.arena, adjoint, written, p.homes, temps)
 
     forward(), reverse()
     return _best_of(rounds, forward, lambda: np_forward(value), reverse, lambda: np_reverse(value, g))
@@ -150,6 +151,7 @@ def small_row_times(size, scalar_factor, rounds):
     arena = p.arena.copy()
     adjoint = np.zeros((p.adjoint_size, 1))
     written = np.zeros(p.slots.shape[0], np.bool_)
+    temps = new_temps(p.code, p.iattr, 1, p.dtype)
     target = p.targets[0]
     adjoint[p.adjoint_rows[target], 0] = 1.0
     a, b = np.linspace(0.5, 1.5, size), (0.999 if scalar_factor else np.linspace(0.5, 1.5, size))
@@ -157,13 +159,13 @@ def small_row_times(size, scalar_factor, rounds):
     def reverse():
         written[:] = False
         written[target] = True
-        reverse_sweep(p.code, p.slots, p.iattr, p.fattr, arena, adjoint, written, p.homes)
+        reverse_sweep(p.code, p.slots, p.iattr, p.fattr, arena, adjoint, written, p.homes, temps)
 
     def numpy_calls():
         for _ in range(CHAIN):
             np.multiply(a, b)
 
-    forward = lambda: forward_sweep(p.code, p.slots, p.iattr, p.fattr, arena)     # noqa: E731
+    forward = lambda: forward_sweep(p.code, p.slots, p.iattr, p.fattr, arena, temps)     # noqa: E731
     forward(), reverse()
     f, r, n = _best_of(rounds, forward, reverse, numpy_calls)
     return [t * 1e6 / len(p) for t in (f, r)] + [n * 1e6 / CHAIN]

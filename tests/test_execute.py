@@ -526,12 +526,12 @@ def test_workspace_buffers_are_reused_once_no_gradient_views_them():
             y = jt.reduce_sum(jt.exp(x))
         return tape.gradient(y, x)
 
-    from jitape.execute import _workspace
+    from jitape.recycling import workspace
     gradient()
-    first = weakref.ref(_workspace.buffers[("adjoint", np.dtype(np.float64))])     # a reference would hold it
+    first = weakref.ref(workspace.buffers[("adjoint", np.dtype(np.float64))])     # a reference would hold it
     gradient()
-    assert _workspace.buffers[("adjoint", np.dtype(np.float64))] is first()     # the gradient died: reused
+    assert workspace.buffers[("adjoint", np.dtype(np.float64))] is first()     # the gradient died: reused
     held = gradient()
     gradient()
-    assert _workspace.buffers[("adjoint", np.dtype(np.float64))] is not first()  # held views the old one
+    assert workspace.buffers[("adjoint", np.dtype(np.float64))] is not first()  # held views the old one
     np.testing.assert_array_equal(held.numpy(), np.exp(x.numpy()))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import jitape as jt
 import jitape.program
 import jitape.tape
-from jitape import execute
+from jitape import execute, recycling
 from jitape.program import lower
 from jitape_kernels.cpu.interpreter import SMALL
 from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
@@ -121,7 +121,7 @@ def test_sweeps_read_no_row_before_writing_it(steps, seed):
         return [None if f is None else f.numpy() for f in found]
 
     clean = derivatives()
-    with mock.patch.object(execute._Workspace, "take", _poisoned):
+    with mock.patch.object(recycling._Workspace, "take", _poisoned):
         poisoned = derivatives()
         with mock.patch.object(jt.config, "jacobian_memory_bytes", 1):     # one column per sweep
             chunked = derivatives()

@@ -1,13 +1,15 @@
-"""Sweeps allocate their kernels' metadata once (jitape_kernels.cpu.workspace), not per instruction: the number of
-numba allocations of a forward, reverse, tangent or second-order sweep does not grow with the number of
-broadcasts, tiles, transposes, slices, pads and reductions it runs (no index map, no scratch per instruction)."""
+"""Sweeps allocate their kernels' metadata and scratch once (jitape_kernels.cpu.workspace, planned_temps), not per
+instruction: the number of numba allocations of a forward, reverse, tangent, second-order, per-example or replayed
+sweep does not grow with the number of broadcasts, tiles, transposes, slices, pads, reductions (PROD's partials,
+MAX/MIN's tie counts across an outer axis, running sums across rows), matrix products, solves and inverses it
+runs (no index map, no temporary per instruction)."""
 import numpy as np
 import pytest
 from numba.core.runtime import _nrt_python as nrt
 
 import jitape as jt
 from jitape import backend, execute
-from jitape_kernels.cpu import forward_sweep
+from jitape_kernels.cpu import forward_sweep, new_temps
 
 
 def _chain(x, repeats):
@@ -26,6 +28,24 @@ def _chain(x, repeats):
     return jt.reduce_sum(y * y)
 
 
+def _algebra_chain(x, repeats):
+    """`repeats` rounds of the ops whose kernels need scratch: solve and inv (LAPACK's factors and column-major
+    copies), matmul (products added in place; K columns: stacked rows), cumsum across rows and MAX across an outer
+    axis (running sums, tie counts across the inner axis), PROD along and across rows (partials; second order:
+    suffix products and their tangents)."""
+    y = x
+    for _ in range(repeats):
+        square = y[:, :6] + 6.0 * jt.eye(6, dtype=x.dtype)
+        mixed = jt.matmul(jt.linalg.inv(square), jt.linalg.solve(square, y))
+        y = jt.tanh(mixed + 0.1 * jt.cumsum(y, axis=0) + 0.1 * jt.reduce_max(y, axis=0)
+                    + 0.1 * jt.reduce_prod(0.5 * y[:, :4] + 1.0, axis=1, keepdims=True)
+                    + 0.1 * jt.reduce_prod(0.1 * y + 1.0, axis=0))
+    return jt.reduce_sum(y * y)
+
+
+CHAINS = {"data movement": _chain, "algebra": _algebra_chain}
+
+
 def _allocations(run):
     before = nrt.memsys_get_stats_alloc()
     run()
@@ -42,11 +62,11 @@ def _counting():
         nrt.memsys_disable_stats()
 
 
-def _sweeps(repeats):
+def _sweeps(chain, repeats):
     x = jt.constant(np.random.default_rng(repeats).standard_normal((6, 36)))
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
-        y = _chain(x, repeats)
+        y = CHAINS[chain](x, repeats)
     program = execute.lowered(tape, [y], [x])
     cpu = backend.current()
     adjoint = np.empty((program.adjoint_size, 1))
@@ -58,17 +78,19 @@ def _sweeps(repeats):
         adjoint[program.adjoint_rows[program.targets[0]]] = 1
         cpu.reverse(program, adjoint, written)
 
+    temps = new_temps(program.code, program.iattr, 1, program.dtype)
     runs = {"forward": lambda: forward_sweep(program.code, program.slots, program.iattr, program.fattr,
-                                             program.arena),
+                                             program.arena, temps),
             "reverse": reverse}
     return program, runs
 
 
+@pytest.mark.parametrize("chain", sorted(CHAINS))
 @pytest.mark.parametrize("sweep", ["forward", "reverse"])
-def test_allocations_per_sweep_do_not_grow_with_instructions(sweep):
+def test_allocations_per_sweep_do_not_grow_with_instructions(sweep, chain):
     counts = []
     for repeats in (1, 4):
-        program, runs = _sweeps(repeats)
+        program, runs = _sweeps(chain, repeats)
         runs[sweep]()        # compiled and warmed
         counts.append((program.code.shape[0], _allocations(runs[sweep])))
     (rows_short, short), (rows_long, long) = counts
@@ -76,14 +98,54 @@ def test_allocations_per_sweep_do_not_grow_with_instructions(sweep):
     assert long == short, f"{sweep}: {short} allocations for {rows_short} rows, {long} for {rows_long}"
 
 
-def test_hessian_sweeps_allocate_per_sweep_not_per_instruction():
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_hessian_sweeps_allocate_per_sweep_not_per_instruction(chain):
     """tape.hessian: a tangent sweep and a second-order sweep (K columns) after the reverse sweep."""
     counts = []
     for repeats in (1, 4):
         x = jt.constant(np.random.default_rng(repeats).standard_normal((6, 36)))
         with jt.GradientTape(persistent=True) as tape:
             tape.watch(x)
-            y = _chain(x, repeats)
+            y = CHAINS[chain](x, repeats)
         tape.hessian(y, x)
         counts.append(_allocations(lambda: tape.hessian(y, x)))
     assert counts[0] == counts[1]
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_replayed_gradients_allocate_per_call_not_per_instruction(chain):
+    """jt.grad of a jt.function: one compiled forward replay and reverse sweep per call."""
+    counts = []
+    for repeats in (1, 4):
+        gradient = jt.grad(jt.function(lambda x, repeats=repeats: CHAINS[chain](x, repeats)))
+        x = jt.constant(np.random.default_rng(repeats).standard_normal((6, 36)))
+        gradient(x), gradient(x)
+        counts.append(_allocations(lambda: gradient(x)))
+    assert counts[0] == counts[1]
+
+
+def test_per_example_sweeps_allocate_per_sweep_not_per_instruction():
+    """The per-example sweep through layers of matmuls with shared weights (junctions: example-major copies), a
+    cumsum across features and PROD and MAX along them."""
+    counts = []
+    for layers in (1, 4):
+        rng = np.random.default_rng(layers)
+        x = jt.constant(rng.standard_normal((5, 6)))
+        weights = [jt.Variable(0.3 * rng.standard_normal((6, 6))) for _ in range(layers)]
+        with jt.GradientTape(persistent=True) as tape:
+            h = x
+            for w in weights:
+                h = jt.tanh(jt.matmul(h, w)) + 0.1 * jt.cumsum(h, axis=1)
+                h = h * jt.reduce_prod(0.1 * h + 1.0, axis=1, keepdims=True) + jt.reduce_max(h, axis=1, keepdims=True)
+            losses = jt.reduce_sum(h * h, axis=1)
+        program, (_, code, modes, n_row, n_param, _, layouts) = execute.per_example_program(tape, losses, weights)
+        cpu = backend.current()
+        row_adjoint, param_adjoint = np.zeros((n_row, 1)), np.zeros((n_param, 5))
+
+        def sweep():
+            cpu.per_example(program, code, modes, layouts, row_adjoint, param_adjoint)
+        sweep()
+        counts.append((code.shape[0], _allocations(sweep)))
+    (rows_short, short), (rows_long, long) = counts
+    assert rows_long > 3 * rows_short - 10
+    assert long == short, f"{short} allocations for {rows_short} rows, {long} for {rows_long}"

@@ -3,14 +3,21 @@
 import numpy as np
 
 from .. import opcodes as oc
-from .batch import first_row_mixing, per_example_plan, per_example_sweep
+from .batch import first_row_mixing, per_example_plan, per_example_sweep, per_example_temps
 from .tangents import second_order_sweep, tangent_sweep
 from ..planning import READS_ALL, derivative_plan, plan
-from .interpreter import forward_sweep, replay_sweep, reverse_sweep
+from .interpreter import forward_sweep, planned_temps, replay_sweep, reverse_sweep
 from .optimizers import adam_step, sgd_momentum_step
 
-__all__ = ["derivative_plan", "first_row_mixing", "forward_sweep", "per_example_plan", "per_example_sweep", "plan",
-           "replay_sweep", "reverse_sweep", "second_order_sweep", "tangent_sweep", "warmup_steps"]
+__all__ = ["derivative_plan", "first_row_mixing", "forward_sweep", "new_temps", "per_example_plan",
+           "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_sweep", "reverse_sweep",
+           "second_order_sweep", "tangent_sweep", "warmup_steps"]
+
+
+def new_temps(code, iattr, columns, dtype):
+    """A scratch buffer (`temps`) for the sweeps of `code` with `columns` columns: planned_temps' entries."""
+    fixed, per_column = planned_temps(code, iattr)
+    return np.empty(fixed + per_column * columns, dtype)
 
 
 def _empty_program(dtype):
@@ -40,25 +47,28 @@ def warmup_steps():
                                                            np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 2,
                                                            np.zeros(0, np.int64), -1)),
              ("per_example_plan", lambda: per_example_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
-                                                           np.zeros(0, np.int64), np.zeros(0, np.int64), 1))]
+                                                           np.zeros(0, np.int64), np.zeros(0, np.int64), 1)),
+             ("planned_temps", lambda: planned_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64))),
+             ("per_example_temps", lambda: per_example_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64),
+                                                             np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 1))]
     for dtype in (np.float32, np.float64):
         name = np.dtype(dtype).name
-        steps.append((f"forward_sweep[{name}]", lambda d=dtype: forward_sweep(*_empty_program(d))))
+        steps.append((f"forward_sweep[{name}]", lambda d=dtype: forward_sweep(*_empty_program(d), np.zeros(0, d))))
         steps.append((f"replay_sweep[{name}]", lambda d=dtype: replay_sweep(
             *_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 4), np.int64),
             np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
-            np.zeros((0, 4), np.int64), np.zeros(0, d))))
+            np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d))))
         steps.append((f"reverse_sweep[{name}]",
                       lambda d=dtype: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
-                                                    np.zeros(0, np.int64))))
+                                                    np.zeros(0, np.int64), np.zeros(0, d))))
         steps.append((f"per_example_sweep[{name}]", lambda d=dtype: per_example_sweep(
             np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
-            np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64))))
+            np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64), np.zeros(0, d))))
         steps.append((f"tangent_sweep[{name}]",
                       lambda d=dtype: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
-                                                  -1, 0, -1, np.zeros(0, np.int64))))
+                                                  -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d))))
         steps.append((f"second_order_sweep[{name}]", lambda d=dtype: second_order_sweep(
             *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
-            np.zeros(0, np.int64), np.zeros(0, np.int64))))
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d))))
         steps.append((f"optimizers[{name}]", lambda d=dtype: _optimizer_steps(d)))
     return steps

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from .. import opcodes as oc
-from .interpreter import reverse_instruction, value_of
+from .interpreter import planned_temps, reverse_instruction, value_of
 from .linalg import matmul_batch, matmul_reverse
 from .shape import leading_broadcast_block
 from .unowned import unowned
@@ -326,21 +326,34 @@ def per_example_plan(code, slots, iattr, adjoint_rows, batch):
 
 
 @njit(cache=True, error_model="numpy")
-def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes):
+def per_example_temps(code, modes, slots, iattr, batch):
+    """The scratch entries per_example_sweep needs for a per_example_plan's code: its kernels' (planned_temps, at
+    most `batch` columns) and a junction matmul's example-major copies of its operand and cotangent."""
+    fixed, per_column = planned_temps(code, iattr)
+    need = fixed + per_column * batch
+    for r in range(code.shape[0]):
+        if modes[r] == JUNCTION and code[r, oc.OP] == oc.MATMUL:
+            need = max(need, slots[code[r, oc.IN0], oc.SIZE] + slots[code[r, oc.OUT], oc.SIZE])
+    return need
+
+
+@njit(cache=True, error_model="numpy")
+def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes, temps):
     """Reverse sweep of a per_example_plan: row instructions on the one-column buffer, parameter
     instructions on the `batch`-column buffer, junctions splitting contributions by example. homes: values read
-    where they live (see interpreter.reverse_instruction)."""
-    code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes = (
+    where they live (see interpreter.reverse_instruction); temps: the kernels' scratch, at least
+    per_example_temps' entries."""
+    code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes, temps = (
         unowned(code), unowned(modes), unowned(post), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena),
-        unowned(row_adjoint), unowned(param_adjoint), unowned(homes))
+        unowned(row_adjoint), unowned(param_adjoint), unowned(homes), unowned(temps))
     batch = param_adjoint.shape[1]
     work = new_work()
     for r in range(code.shape[0] - 1, -1, -1):
         if modes[r] == ROW:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work, homes)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work, temps, homes)
             continue
         if modes[r] == PARAM:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work, homes)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work, temps, homes)
             continue
         op = code[r, oc.OP]
         a = code[r, oc.ATTR]
@@ -364,15 +377,17 @@ def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint
         g_out = row_adjoint[go:go + size]
         j0 = code[r, oc.IN0_ADJ]
         if j0 >= 0:
-            matmul_reverse(iattr, a, x, w, g_out, row_adjoint[j0:j0 + x.size], g_out[0:0], True, False)
+            matmul_reverse(iattr, a, x, w, g_out, row_adjoint[j0:j0 + x.size], g_out[0:0], True, False, temps)
         gw = code[r, oc.IN1_ADJ]
         x_post = post[code[r, oc.IN0]]
         n_rows = size // n if n > 0 else 0
         if batch_b == 1 and batch_a * m == n_rows and x_post * batch == x.size:
             # the batch leads x: example-major copies, so the innermost loop runs over examples
             rows_per_example = n_rows // batch
-            xt = np.ascontiguousarray(x.reshape(n_rows, k).T)
-            gt = np.ascontiguousarray(g_out.reshape(n_rows, n).T)
+            xt = temps[:k * n_rows].reshape(k, n_rows)
+            gt = temps[k * n_rows:(k + n) * n_rows].reshape(n, n_rows)
+            xt[:] = x.reshape(n_rows, k).T
+            gt[:] = g_out.reshape(n_rows, n).T
             for kk in range(k):
                 for nn in range(n):
                     target = param_adjoint[gw + kk * n + nn]

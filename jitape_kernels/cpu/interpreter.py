@@ -11,8 +11,8 @@ from ..layout import BLOCK
 from .elementwise import (_put, binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
-from .linalg import (inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward,
-                     solve_reverse)
+from . import linalg, reduction
+from .linalg import inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward, solve_reverse
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
 from .shape import contiguous_run, mapped_forward, mapped_linear, moved_forward, moved_linear
 from .unowned import at_address, unowned
@@ -34,21 +34,22 @@ def params(op, iattr, fattr, a):
 
 
 @njit(cache=True, error_model="numpy")
-def forward_sweep(code, slots, iattr, fattr, arena):
-    """Recompute every instruction's output in the arena from its inputs, in program order."""
-    _forward_span(code, 0, code.shape[0], slots, iattr, fattr, arena, new_work())
+def forward_sweep(code, slots, iattr, fattr, arena, temps):
+    """Recompute every instruction's output in the arena from its inputs, in program order. temps: the kernels'
+    scratch, at least planned_temps' entries for one column."""
+    _forward_span(code, 0, code.shape[0], slots, iattr, fattr, arena, new_work(), temps)
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work):
-    """forward_sweep over rows r0..r1-1, with the sweep's workspace (jitape_kernels.cpu.workspace)."""
-    code, slots, iattr, fattr, arena, work = (unowned(code), unowned(slots), unowned(iattr), unowned(fattr),
-                                              unowned(arena), unowned(work))
+def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work, temps):
+    """forward_sweep over rows r0..r1-1, with the sweep's workspace (jitape_kernels.cpu.workspace) and scratch."""
+    code, slots, iattr, fattr, arena, work, temps = (unowned(code), unowned(slots), unowned(iattr), unowned(fattr),
+                                                     unowned(arena), unowned(work), unowned(temps))
     r = r0
     while r < r1:
         r = _scalar_rows_forward(code, r, r1, slots, iattr, fattr, arena)
         if r < r1:
-            _forward_row(code, r, slots, iattr, fattr, arena, work)
+            _forward_row(code, r, slots, iattr, fattr, arena, work, temps)
             r += 1
 
 
@@ -89,7 +90,7 @@ def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_row(code, r, slots, iattr, fattr, arena, work):
+def _forward_row(code, r, slots, iattr, fattr, arena, work, temps):
     """forward_sweep's work for row r (not one that _scalar_rows_forward runs)."""
     op = code[r, oc.OP]
     a = code[r, oc.ATTR]
@@ -112,7 +113,7 @@ def _forward_row(code, r, slots, iattr, fattr, arena, work):
     elif op <= oc.PROD:
         reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2], work)
     elif op == oc.CUMSUM:
-        cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0)
+        cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0, temps)
     elif op <= oc.PAD:
         mapped_forward(op, iattr, a, x, out, work)
     elif op <= oc.GATHER:
@@ -124,9 +125,9 @@ def _forward_row(code, r, slots, iattr, fattr, arena, work):
     elif op == oc.SOLVE:
         i1 = code[r, oc.IN1_OFF]
         n1 = slots[code[r, oc.IN1], oc.SIZE]
-        solve_forward(iattr, a, x, arena[i1:i1 + n1], out)
+        solve_forward(iattr, a, x, arena[i1:i1 + n1], out, temps)
     else:
-        inv_forward(iattr, a, x, out)
+        inv_forward(iattr, a, x, out, temps)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -164,7 +165,7 @@ def fused_forward(code, r0, r1, iattr, fattr, arena, places, scratch, size):
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch, work):
+def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch, work, temps):
     """forward_sweep over rows r0..r1-1, running the fused groups that `fused` marks (fused[r] > r: rows
     r..fused[r]-1) block by block."""
     code, slots, iattr, fattr, arena, fused, places, scratch = (
@@ -179,12 +180,13 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
         q = r + 1
         while q < r1 and fused[q] <= q:
             q += 1
-        _forward_span(code, r, q, slots, iattr, fattr, arena, work)
+        _forward_span(code, r, q, slots, iattr, fattr, arena, work, temps)
         r = q
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, homes, assign0=False, assign1=False):
+def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0=False,
+                        assign1=False):
     """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs.
     homes: per slot, the address of a value read where it lives instead of in the arena (0: in the arena), or
     empty (every value in the arena): see value_of. assign0/assign1: input 0's / input 1's rows are first
@@ -226,9 +228,9 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, home
         elif op <= oc.BINARY_LAST:
             binary_reverse(op, x, w, y, g_out, g0, g1, j0 >= 0, j1 >= 0)
         elif op == oc.MATMUL:
-            matmul_reverse(iattr, a, x, w, g_out, g0, g1, j0 >= 0, j1 >= 0, assign0, assign1)
+            matmul_reverse(iattr, a, x, w, g_out, g0, g1, j0 >= 0, j1 >= 0, temps, assign0, assign1)
         else:
-            solve_reverse(iattr, a, x, y, g_out, g0, g1, j0 >= 0, j1 >= 0)
+            solve_reverse(iattr, a, x, y, g_out, g0, g1, j0 >= 0, j1 >= 0, temps)
         return
     # the linear kernels run transposed here; a run-time True (not a literal) lets the tangent sweep
     # share their compiled code
@@ -242,16 +244,16 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, home
     if j0 < 0:
         return
     if op <= oc.PROD:
-        reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], transpose, assign0)
+        reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], transpose, temps, assign0)
     elif op == oc.CUMSUM:
         cumsum_linear(g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
-                      transpose)
+                      transpose, temps)
     elif op <= oc.PAD:
         mapped_linear(op, iattr, a, g_out, g0, transpose, work)
     elif op <= oc.GATHER:
         moved_linear(op, iattr, a, g_out, g0, transpose)
     else:
-        inv_reverse(iattr, a, y, g_out, g0)
+        inv_reverse(iattr, a, y, g_out, g0, temps)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -280,9 +282,10 @@ def _accumulate(adjoint, j, k, value, first):
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes):
+def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, temps):
     """Accumulate K cotangent columns from outputs into inputs, last instruction first. homes: see
-    reverse_instruction (empty: every value is in the arena).
+    reverse_instruction (empty: every value is in the arena); temps: the kernels' scratch, at least
+    planned_temps' entries for K columns.
 
     Only the rows of slots marked in `written` (per slot: the seeded targets) hold
     values on entry; a slot's rows are initialised by their first write (set by
@@ -293,15 +296,15 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes):
     Rows whose output is inactive were pruned at lowering; an inactive input
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
-    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), homes)
+    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes)
 
 
 @njit(cache=True, error_model="numpy")
-def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, homes):
+def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes):
     """reverse_sweep with a workspace (jitape_kernels.cpu.workspace)."""
-    code, slots, iattr, fattr, arena, adjoint, written, work, homes = (
+    code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
-        unowned(written), unowned(work), unowned(homes))
+        unowned(written), unowned(work), unowned(temps), unowned(homes))
     K = adjoint.shape[1]
     flat = adjoint.reshape(adjoint.size)
     r = code.shape[0] - 1
@@ -311,7 +314,7 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, home
                                     slots, iattr, fattr, arena, flat, written)
             if r < 0:
                 break
-        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, homes)
+        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes)
         r -= 1
 
 
@@ -418,7 +421,7 @@ def _small_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
 
 
 @njit(cache=True, error_model="numpy")
-def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, homes):
+def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes):
     """reverse_sweep's work for row r."""
     K = adjoint.shape[1]
     if not written[code[r, oc.OUT]]:
@@ -471,12 +474,12 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, ho
                 assign1 = True
             else:
                 adjoint[j:j + slots[s, oc.SIZE]] = 0
-    reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, homes, assign0, assign1)
+    reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1)
 
 
 @njit(cache=True, error_model="numpy")
 def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
-                 scratch):
+                 scratch, temps):
     """A whole replay in one call: forward segments of `code`, each but the last ending at a gradient step,
     then the guard checks; True when every guard holds.
 
@@ -490,12 +493,13 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                      entries seeded with ones; K > 1: one step, a Jacobian, the target seeded with the identity
     guards   [g, 3]  arena offset, size, offset in `expected` of the value the trace computed (NaN equals NaN)
     fused, places, scratch   the fused groups of a run layout (jitape_kernels.layout; fused all 0: none)
+    temps            the kernels' scratch: at least planned_temps' entries of code and step_code for K columns
     """
     written = np.zeros(slots.shape[0], np.bool_)
     work = new_work()
     start = 0
     for s in range(steps.shape[0]):
-        _forward_rows(code, start, steps[s, 0], slots, iattr, fattr, arena, fused, places, scratch, work)
+        _forward_rows(code, start, steps[s, 0], slots, iattr, fattr, arena, fused, places, scratch, work, temps)
         written[:] = False
         seed = steps[s, 3]
         if seed >= 0:
@@ -507,7 +511,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                     adjoint[seed + i, i] = 1
             written[steps[s, 7]] = True
             _reverse_rows(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written, work,
-                          work[:0])
+                          temps, work[:0])
         for m in range(steps[s, 5], steps[s, 6]):
             row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
             if offset < 0:
@@ -518,7 +522,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
             for i in range(size):
                 arena[offset + i] = adjoint[row + i, 0] if row >= 0 and written[source] else 0
         start = steps[s, 0]
-    _forward_rows(code, start, code.shape[0], slots, iattr, fattr, arena, fused, places, scratch, work)
+    _forward_rows(code, start, code.shape[0], slots, iattr, fattr, arena, fused, places, scratch, work, temps)
     for g in range(guards.shape[0]):
         offset, size, e = guards[g, 0], guards[g, 1], guards[g, 2]
         for i in range(size):
@@ -526,3 +530,22 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
             if value != traced and not (value != value and traced != traced):
                 return False
     return True
+
+
+@njit(cache=True, error_model="numpy")
+def planned_temps(code, iattr):
+    """(fixed, per column): one scratch buffer of fixed + K * per column entries serves every kernel of `code` in
+    any sweep with K columns (forward, reverse, tangent, second order), each instruction's rule being its module's
+    temps_entries; the sweeps take it as `temps`, so no kernel allocates per instruction."""
+    fixed = per_column = 0
+    for r in range(code.shape[0]):
+        op = code[r, oc.OP]
+        if oc.SUM <= op <= oc.CUMSUM:
+            f, c = reduction.temps_entries(op, iattr, code[r, oc.ATTR])
+        elif op == oc.MATMUL or op == oc.SOLVE or op == oc.INV:
+            f, c = linalg.temps_entries(op, iattr, code[r, oc.ATTR])
+        else:
+            continue
+        fixed = max(fixed, f)
+        per_column = max(per_column, c)
+    return fixed, per_column

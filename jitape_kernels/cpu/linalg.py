@@ -1,11 +1,16 @@
-"""Compiled kernels of MATMUL, SOLVE and INV over batched 2-D blocks of the arena (BLAS/LAPACK via scipy):
-forward, reverse, and the tangent and second-order kernels of forward-over-reverse Hessians.
+"""Compiled kernels of MATMUL, SOLVE and INV over batched 2-D blocks of the arena: forward, reverse, and the
+tangent and second-order kernels of forward-over-reverse Hessians, with their scratch rules (temps_entries).
 
 Adjoints are [rows, K] with K contiguous, so a cotangent block of an (m, n)
-matrix is an (m, n*K) matrix and most reverse products are one BLAS-3 call.
+matrix is an (m, n*K) matrix and most reverse products are one BLAS-3 call,
+added in place (blas.gemm); solves and inverses factor copies in the sweep's
+scratch (blas.solve_columns), as numpy does, so nothing is allocated here.
 """
 import numpy as np
 from numba import njit
+
+from .. import opcodes as oc
+from .blas import gemm, solve_columns
 
 
 @njit(cache=True, error_model="numpy")
@@ -32,10 +37,10 @@ def matmul_forward(iattr, a, x, w, out):
 
 
 @njit(cache=True, error_model="numpy")
-def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, assign_x=False, assign_w=False):
-    """g_x += G W^T and g_w += X^T G per batch item (K columns). assign_x / assign_w: those rows are first
-    written here and hold no values yet, so the first product into them is written in place (no zero pass,
-    no temporary); a batch of one shared by the others' items accumulates after that."""
+def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, temps, assign_x=False, assign_w=False):
+    """g_x += G W^T and g_w += X^T G per batch item (K columns), each product added in place (gemm). assign_x /
+    assign_w: those rows are first written here and hold no values yet, so the first product into them is
+    written, not added; a batch of one shared by the others' items accumulates after that. temps: see temps_entries."""
     batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
     K = g_out.shape[1]
     batch = matmul_batch(batch_x, batch_w)
@@ -50,24 +55,18 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, assign_x=Fal
         G = g_out[b * m * n:(b + 1) * m * n]
         if want_w:
             # dW[k, n*K] += X^T [k, m] @ G [m, n*K]
-            GW = g_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K)
-            if assign_w and (b == 0 or batch_w > 1):
-                np.dot(X.T, G.reshape(m, n * K), GW)
-            else:
-                GW += np.dot(X.T, G.reshape(m, n * K))
+            first = assign_w and (b == 0 or batch_w > 1)
+            gemm(1.0, X, True, G.reshape(m, n * K), False, 0.0 if first else 1.0,
+                 g_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K))
         if want_x:
             GX = g_x[bx * m * k:(bx + 1) * m * k]
             first = assign_x and (b == 0 or batch_x > 1)
             if K == 1:
-                GXm = GX.reshape(m, k)
-                if first:
-                    np.dot(G.reshape(m, n), Wm.T, GXm)
-                else:
-                    GXm += np.dot(G.reshape(m, n), Wm.T)
+                gemm(1.0, G.reshape(m, n), False, Wm, True, 0.0 if first else 1.0, GX.reshape(m, k))
             else:
                 if first:
                     GX[:] = 0
-                _rows_times(Wm, G, GX, m, k, n)
+                _rows_times(Wm, False, G, GX, m, k, n, temps)
 
 
 # Below this inner dimension a (k, n) @ (n, K) product per row is mostly BLAS call overhead
@@ -76,38 +75,31 @@ STACKED_INNER_MAX = 16
 
 
 @njit(cache=True, error_model="numpy")
-def _rows_times(Wm, G, GX, m, k, n):
-    """GX[i] (k, K) += W (k, n) @ G[i] (n, K) for every row i (the K-column products of matmul's rows)."""
+def _rows_times(Wm, transposed, G, GX, m, k, n, temps):
+    """GX[i] (k, K) += op(W) (k, n) @ G[i] (n, K) for every row i (the K-column products of matmul's rows);
+    op(W) = Wm^T when transposed. temps: (n + k) m K entries when n <= STACKED_INNER_MAX."""
     if n <= STACKED_INNER_MAX:
-        _rows_times_stacked(Wm, G, GX, m, k, n)
-    else:
-        _rows_times_each(Wm, G, GX, m, k, n)
-
-
-@njit(cache=True, error_model="numpy")
-def _rows_times_each(Wm, G, GX, m, k, n):
-    """As _rows_times, one BLAS call per row."""
-    T = np.empty((k, G.shape[1]), G.dtype)
+        _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps)
+        return
     for i in range(m):
-        np.dot(Wm, G[i * n:(i + 1) * n], T)
-        GX[i * k:(i + 1) * k] += T
+        gemm(1.0, Wm, transposed, G[i * n:(i + 1) * n], False, 1.0, GX[i * k:(i + 1) * k])
 
 
 @njit(cache=True, error_model="numpy")
-def _rows_times_stacked(Wm, G, GX, m, k, n):
+def _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps):
     """As _rows_times in one BLAS call: the rows' G blocks side by side as (n, m*K), W @ that, added back."""
     K = G.shape[1]
     g = G.reshape(G.size)
     gx = GX.reshape(GX.size)
-    stacked = np.empty((n, m * K), G.dtype)
-    s = stacked.reshape(stacked.size)
+    s = temps[:n * m * K]
     for i in range(m):
         for q in range(n):
             src = (i * n + q) * K
             dst = q * m * K + i * K
             for c in range(K):
                 s[dst + c] = g[src + c]
-    t = np.dot(Wm, stacked).reshape(k * m * K)
+    t = temps[n * m * K:(n + k) * m * K]
+    gemm(1.0, Wm, transposed, s.reshape(n, m * K), False, 0.0, t.reshape(k, m * K))
     for i in range(m):
         for p in range(k):
             dst = (i * k + p) * K
@@ -117,13 +109,7 @@ def _rows_times_stacked(Wm, G, GX, m, k, n):
 
 
 @njit(cache=True, error_model="numpy")
-def _swap_leading(block, p, q, K):
-    """A [p, q, K] block as a contiguous [q, p * K] matrix (its first two axes swapped)."""
-    return np.ascontiguousarray(block.reshape(p, q, K).transpose(1, 0, 2)).reshape(q, p * K)
-
-
-@njit(cache=True, error_model="numpy")
-def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w):
+def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w, temps):
     """C' += X' W + X W' over K tangent columns."""
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
     K = t_out.shape[1]
@@ -131,11 +117,10 @@ def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w):
         X, Wm, bx, bw = _matmul_operands(iattr, a, x, w, b)
         T = t_out[b * m * n:(b + 1) * m * n]
         if has_w:
-            Tm = T.reshape(m, n * K)
-            Tm += np.dot(X, t_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K))
+            gemm(1.0, X, False, t_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K), False, 1.0, T.reshape(m, n * K))
         if has_x:
             # C'[i] (n, K) += W^T (n, k) @ X'[i] (k, K) for every row i
-            _rows_times(np.ascontiguousarray(Wm.T), t_x[bx * m * k:(bx + 1) * m * k], T, m, n, k)
+            _rows_times(Wm, True, t_x[bx * m * k:(bx + 1) * m * k], T, m, n, k, temps)
 
 
 @njit(cache=True, error_model="numpy")
@@ -146,113 +131,143 @@ def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
     K = t_out.shape[1]
     per_item = k * n if seeded_w else m * k
     shared = (batch_w if seeded_w else batch_x) == 1
-    # column c is the seeded operand's entry (item, row, col) = start + c
-    item = np.empty(K, np.int64)
-    row = np.empty(K, np.int64)
-    col = np.empty(K, np.int64)
+    # column c is the seeded operand's entry (item, row, col) = start + c: one entry of C' per example row
     for c in range(K):
-        item[c], entry = divmod(start + c, per_item)
-        row[c], col[c] = divmod(entry, n if seeded_w else k)
-    for b in range(matmul_batch(batch_x, batch_w)):
-        X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
-        for i in range(m):
-            for c in range(K):
-                if shared or item[c] == b:
-                    if seeded_w:
-                        # W' entry (row, col) = 1: C'[i, col] += X[i, row]
-                        t_out[(b * m + i) * n + col[c], c] += X[i, row[c]]
-                    elif row[c] == i:
-                        # X' entry (i, col) = 1: C'[i, j] += W[col, j]
-                        for j in range(n):
-                            t_out[(b * m + i) * n + j, c] += Wm[col[c], j]
+        item, entry = divmod(start + c, per_item)
+        row, col = divmod(entry, n if seeded_w else k)
+        for b in range(matmul_batch(batch_x, batch_w)):
+            if not (shared or item == b):
+                continue
+            X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
+            if seeded_w:
+                # W' entry (row, col) = 1: C'[i, col] += X[i, row]
+                for i in range(m):
+                    t_out[(b * m + i) * n + col, c] += X[i, row]
+            else:
+                # X' entry (row, col) = 1: C'[row, j] += W[col, j]
+                for j in range(n):
+                    t_out[(b * m + row) * n + j, c] += Wm[col, j]
 
 
 @njit(cache=True, error_model="numpy")
-def matmul_second(iattr, a, g_out, t_x, t_w, gt_x, gt_w):
-    """With both operands active: dX's tangent += G W'^T and dW's tangent += X'^T G (G the one-column cotangent)."""
+def matmul_second(iattr, a, g_out, t_x, t_w, gt_x, gt_w, temps):
+    """With both operands active: dX's tangent += G W'^T and dW's tangent += X'^T G (G the one-column cotangent).
+    temps: n k K entries."""
     m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
     batch_x, batch_w = iattr[a], iattr[a + 1]
     K = gt_x.shape[1]
+    swapped = temps[:n * k * K]
     for b in range(matmul_batch(batch_x, batch_w)):
         bx = b if batch_x > 1 else 0
         bw = b if batch_w > 1 else 0
-        G = np.ascontiguousarray(g_out[b * m * n:(b + 1) * m * n]).reshape(m, n)
-        # dX'[i, l, :] += sum_j G[i, j] W'[l, j, :]
-        GX = gt_x[bx * m * k:(bx + 1) * m * k].reshape(m, k * K)
-        GX += np.dot(G, _swap_leading(t_w[bw * k * n:(bw + 1) * k * n], k, n, K))
-        # dW'[l, j, :] += sum_i X'[i, l, :] G[i, j]
-        P = np.dot(np.ascontiguousarray(G.T), t_x[bx * m * k:(bx + 1) * m * k].reshape(m, k * K))
+        G = g_out[b * m * n:(b + 1) * m * n].reshape(m, n)
+        # dX'[i, l, :] += sum_j G[i, j] W'[l, j, :]: G (m, n) @ W' with its first two axes swapped (n, k*K)
+        tw = t_w[bw * k * n:(bw + 1) * k * n]
+        for l in range(k):
+            for j in range(n):
+                for c in range(K):
+                    swapped[(j * k + l) * K + c] = tw[l * n + j, c]
+        gemm(1.0, G, False, swapped.reshape(n, k * K), False, 1.0, gt_x[bx * m * k:(bx + 1) * m * k].reshape(m, k * K))
+        # dW'[l, j, :] += sum_i X'[i, l, :] G[i, j]: P = G^T (n, m) @ X' (m, k*K), its first two axes swapped
+        gemm(1.0, G, True, t_x[bx * m * k:(bx + 1) * m * k].reshape(m, k * K), False, 0.0, swapped.reshape(n, k * K))
         GW = gt_w[bw * k * n:(bw + 1) * k * n]
-        GW += _swap_leading(P, n, k, K).reshape(k * n, K)
+        for l in range(k):
+            for j in range(n):
+                for c in range(K):
+                    GW[l * n + j, c] += swapped[(j * k + l) * K + c]
 
 
 @njit(cache=True, error_model="numpy")
-def solve_forward(iattr, a, A, B, out):
+def _rows_to_columns(rows, n, q, columns):
+    """columns (column-major n x q) = rows (row-major [n, q], flat)."""
+    for i in range(n):
+        for c in range(q):
+            columns[c * n + i] = rows[i * q + c]
+
+
+@njit(cache=True, error_model="numpy")
+def solve_forward(iattr, a, A, B, out, temps):
+    """Y = A^-1 B per batch item, as numpy (gesv of column-major copies). temps: see temps_entries."""
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
+    columns = temps[:n * m]
     for b in range(batch):
-        Ab = A[b * n * n:(b + 1) * n * n].reshape(n, n)
-        Bb = B[b * n * m:(b + 1) * n * m].reshape(n, m)
-        out[b * n * m:(b + 1) * n * m] = np.linalg.solve(Ab, Bb).ravel()
+        _rows_to_columns(B[b * n * m:(b + 1) * n * m], n, m, columns)
+        solve_columns(A[b * n * n:(b + 1) * n * n].reshape(n, n), False, columns, temps[n * m:])
+        Y = out[b * n * m:(b + 1) * n * m]
+        for i in range(n):
+            for c in range(m):
+                Y[i * m + c] = columns[c * n + i]
 
 
 @njit(cache=True, error_model="numpy")
-def solve_reverse(iattr, a, A, y, g_out, g_A, g_B, want_A, want_B):
-    """y = A^-1 B: dB = A^-T dY (all K columns in one solve); dA = -dB y^T."""
+def solve_reverse(iattr, a, A, y, g_out, g_A, g_B, want_A, want_B, temps):
+    """y = A^-1 B: dB = A^-T dY (all K columns in one solve); dA = -dB y^T. temps: see temps_entries."""
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
     K = g_out.shape[1]
+    q = m * K
+    columns = temps[:n * q]             # dB, column-major (n, m*K)
+    row = temps[n * q:n * q + q]        # one row of dB
     for b in range(batch):
-        Ab = A[b * n * n:(b + 1) * n * n].reshape(n, n)
-        Y = y[b * n * m:(b + 1) * n * m].reshape(n, m)
-        G = g_out[b * n * m:(b + 1) * n * m].reshape(n, m * K)
-        GB = np.ascontiguousarray(np.linalg.solve(np.ascontiguousarray(Ab.T), np.ascontiguousarray(G)))
+        _rows_to_columns(g_out[b * n * m:(b + 1) * n * m].reshape(n * q), n, q, columns)
+        solve_columns(A[b * n * n:(b + 1) * n * n].reshape(n, n), True, columns, temps[n * q + q:])
         if want_B:
-            GBm = g_B[b * n * m:(b + 1) * n * m].reshape(n, m * K)
-            GBm += GB
-        if want_A:
-            GA = g_A[b * n * n:(b + 1) * n * n]
+            GB = g_B[b * n * m:(b + 1) * n * m].reshape(n * q)
             for i in range(n):
+                for c in range(q):
+                    GB[i * q + c] += columns[c * n + i]
+        if want_A:
+            Y = y[b * n * m:(b + 1) * n * m].reshape(n, m)
+            for i in range(n):
+                for c in range(q):
+                    row[c] = columns[c * n + i]
                 # dA[i, j, :] -= sum_c Y[j, c] dB[i, c, :]
-                GA[i * n:(i + 1) * n] -= np.dot(Y, GB[i].reshape(m, K))
+                gemm(-1.0, Y, False, row.reshape(m, K), False, 1.0, g_A[(b * n + i) * n:(b * n + i + 1) * n])
 
 
 # The tangent and second-order kernels of SOLVE and INV call the forward and reverse kernels above
 # with the argument types the interpreters use (so those are compiled once) and do the remaining
-# contractions in loops: systems here are small, and every new np.linalg/np.dot signature or
-# literal-argument specialization adds seconds of compile time.
+# contractions in loops: systems here are small, and every new signature or literal-argument
+# specialization adds seconds of compile time.
 
 @njit(cache=True, error_model="numpy")
-def solve_tangent(iattr, a, A, y, t_A, t_B, t_out, has_A, has_B):
-    """Y = A^-1 B: Y' += A^-1 (B' - A' Y), all K columns in one solve."""
+def solve_tangent(iattr, a, A, y, t_A, t_B, t_out, has_A, has_B, temps):
+    """Y = A^-1 B: Y' += A^-1 (B' - A' Y), all K columns of a batch item in one solve. temps: see temps_entries."""
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
     K = t_out.shape[1]
-    R = np.zeros((batch * n * m, K), t_out.dtype)
-    if has_B:
-        R += t_B
-    if has_A:
-        for b in range(batch):
-            for i in range(n):
-                for j in range(n):
-                    for c in range(m):
-                        yj = y[(b * n + j) * m + c]
-                        for k in range(K):
-                            R[(b * n + i) * m + c, k] -= t_A[(b * n + i) * n + j, k] * yj
-    solved = np.empty(R.size, t_out.dtype)
-    # each batch item of R is an [n, m*K] right-hand side
-    solve_forward(np.array([batch, n, m * K]), a - a, A, R.reshape(R.size), solved)   # a - a: not a literal
-    t_out += solved.reshape(t_out.shape)
+    q = m * K
+    columns = temps[:n * q]             # B' - A' Y, column-major (n, m*K)
+    for b in range(batch):
+        for i in range(n):
+            for c in range(m):
+                for k in range(K):
+                    r = t_B[(b * n + i) * m + c, k] if has_B else 0.0
+                    if has_A:
+                        for j in range(n):
+                            r -= t_A[(b * n + i) * n + j, k] * y[(b * n + j) * m + c]
+                    columns[(c * K + k) * n + i] = r
+        solve_columns(A[b * n * n:(b + 1) * n * n].reshape(n, n), False, columns, temps[n * q:])
+        for i in range(n):
+            for c in range(m):
+                for k in range(K):
+                    t_out[(b * n + i) * m + c, k] += columns[(c * K + k) * n + i]
 
 
 @njit(cache=True, error_model="numpy")
-def solve_second(iattr, a, A, y, g_out, t_A, t_out, gt_A, gt_B, want_B):
+def solve_second(iattr, a, A, y, g_out, t_A, t_out, gt_A, gt_B, want_B, temps):
     """With A active, differentiate dB = A^-T G and dA = -dB Y^T along A' and Y' (G the one-column
-    cotangent): dB' = A^-T M with M = -A'^T dB (solve_reverse applied to M), and dA' gains -dB Y'^T."""
+    cotangent): dB' = A^-T M with M = -A'^T dB (solve_reverse applied to M), and dA' gains -dB Y'^T.
+    temps: see temps_entries."""
     batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
     K = gt_A.shape[1]
-    dB = np.zeros((batch * n * m, 1), gt_A.dtype)
+    size = batch * n * m
+    dB = temps[:size].reshape(size, 1)
+    M = temps[size:size + size * K].reshape(size, K)
+    rest = temps[size + size * K:]
+    dB[:] = 0
     # flags computed at run time: literal True/False would compile new specializations of solve_reverse
     no = K < 0
-    solve_reverse(iattr, a, A, y, g_out, gt_A[0:0], dB, no, not no)
-    M = np.zeros((batch * n * m, K), gt_A.dtype)
+    solve_reverse(iattr, a, A, y, g_out, gt_A[0:0], dB, no, not no, rest)
+    M[:] = 0
     for b in range(batch):
         for j in range(n):
             for c in range(m):
@@ -260,7 +275,7 @@ def solve_second(iattr, a, A, y, g_out, t_A, t_out, gt_A, gt_B, want_B):
                 for i in range(n):
                     for k in range(K):
                         M[(b * n + i) * m + c, k] -= t_A[(b * n + j) * n + i, k] * d
-    solve_reverse(iattr, a, A, y, M, gt_A, gt_B, not no, want_B)
+    solve_reverse(iattr, a, A, y, M, gt_A, gt_B, not no, want_B, rest)
     for b in range(batch):
         for i in range(n):
             for c in range(m):
@@ -271,52 +286,65 @@ def solve_second(iattr, a, A, y, g_out, t_A, t_out, gt_A, gt_B, want_B):
 
 
 @njit(cache=True, error_model="numpy")
-def inv_forward(iattr, a, A, out):
+def inv_forward(iattr, a, A, out, temps):
+    """Y = A^-1 per batch item, as numpy (gesv of a column-major copy with the identity). temps: see temps_entries."""
     batch, n = iattr[a], iattr[a + 1]
+    columns = temps[:n * n]
     for b in range(batch):
-        out[b * n * n:(b + 1) * n * n] = np.linalg.inv(A[b * n * n:(b + 1) * n * n].reshape(n, n)).ravel()
+        columns[:] = 0
+        for i in range(n):
+            columns[i * n + i] = 1
+        solve_columns(A[b * n * n:(b + 1) * n * n].reshape(n, n), False, columns, temps[n * n:])
+        _rows_to_columns(columns, n, n, out[b * n * n:(b + 1) * n * n])
 
 
 @njit(cache=True, error_model="numpy")
-def inv_reverse(iattr, a, y, g_out, g_A):
-    """Y = A^-1: dA = -Y^T dY Y^T, one cotangent column at a time."""
+def inv_reverse(iattr, a, y, g_out, g_A, temps):
+    """Y = A^-1: dA = -Y^T dY Y^T, one cotangent column at a time. temps: 3 n^2 entries."""
     batch, n = iattr[a], iattr[a + 1]
     K = g_out.shape[1]
+    G = temps[:n * n]
+    T = temps[n * n:2 * n * n].reshape(n, n)
+    U = temps[2 * n * n:3 * n * n]
     for b in range(batch):
-        Yt = np.ascontiguousarray(y[b * n * n:(b + 1) * n * n].reshape(n, n).T)
+        Y = y[b * n * n:(b + 1) * n * n].reshape(n, n)
         for k in range(K):
-            G = np.ascontiguousarray(g_out[b * n * n:(b + 1) * n * n, k]).reshape(n, n)
-            g_A[b * n * n:(b + 1) * n * n, k] -= np.dot(np.dot(Yt, G), Yt).ravel()
+            for e in range(n * n):
+                G[e] = g_out[b * n * n + e, k]
+            gemm(1.0, Y, True, G.reshape(n, n), False, 0.0, T)        # Y^T dY
+            gemm(1.0, T, False, Y, True, 0.0, U.reshape(n, n))      # Y^T dY Y^T
+            for e in range(n * n):
+                g_A[b * n * n + e, k] -= U[e]
 
 
 @njit(cache=True, error_model="numpy")
-def _transposed(y, batch, n):
-    """The batch of n x n matrices in y, each transposed, flat."""
-    out = np.empty(y.size, y.dtype)
+def inv_tangent(iattr, a, y, t_A, t_out, temps):
+    """Y = A^-1: Y' += -Y A' Y, which is inv_reverse's -Z^T A' Z^T with Z = Y^T. temps: see temps_entries."""
+    batch, n = iattr[a], iattr[a + 1]
+    transposed = temps[:batch * n * n]
     for b in range(batch):
         for i in range(n):
             for j in range(n):
-                out[(b * n + j) * n + i] = y[(b * n + i) * n + j]
-    return out
+                transposed[(b * n + j) * n + i] = y[(b * n + i) * n + j]
+    inv_reverse(iattr, a, transposed, t_A, t_out, temps[batch * n * n:])
 
 
 @njit(cache=True, error_model="numpy")
-def inv_tangent(iattr, a, y, t_A, t_out):
-    """Y = A^-1: Y' += -Y A' Y, which is inv_reverse's -Z^T A' Z^T with Z = Y^T."""
-    inv_reverse(iattr, a, _transposed(y, iattr[a], iattr[a + 1]), t_A, t_out)
-
-
-@njit(cache=True, error_model="numpy")
-def inv_second(iattr, a, y, g_out, t_A, gt_A):
+def inv_second(iattr, a, y, g_out, t_A, gt_A, temps):
     """Differentiate dA = -Y^T G Y^T along A' (G the one-column cotangent, Y' = -Y A' Y):
-    dA' += Y^T (A'^T Y^T G + G Y^T A'^T) Y^T, which is inv_reverse applied to -(A'^T P + Q A'^T)."""
+    dA' += Y^T (A'^T Y^T G + G Y^T A'^T) Y^T, which is inv_reverse applied to -(A'^T P + Q A'^T).
+    temps: see temps_entries."""
     batch, n = iattr[a], iattr[a + 1]
     K = gt_A.shape[1]
-    M = np.zeros((batch * n * n, K), gt_A.dtype)
+    size = batch * n * n
+    M = temps[:size * K].reshape(size, K)
+    P = temps[size * K:size * K + n * n].reshape(n, n)      # Y^T G
+    Q = temps[size * K + n * n:size * K + 2 * n * n].reshape(n, n)      # G Y^T
+    M[:] = 0
     for b in range(batch):
         o = b * n * n
-        P = np.zeros((n, n))     # Y^T G
-        Q = np.zeros((n, n))     # G Y^T
+        P[:] = 0
+        Q[:] = 0
         for i in range(n):
             for j in range(n):
                 for l in range(n):
@@ -328,4 +356,22 @@ def inv_second(iattr, a, y, g_out, t_A, gt_A):
                     for k in range(K):
                         # (A'^T P)[i, j] = sum_l A'[l, i] P[l, j];  (Q A'^T)[i, j] = sum_l Q[i, l] A'[j, l]
                         M[o + i * n + j, k] -= t_A[o + l * n + i, k] * P[l, j] + Q[i, l] * t_A[o + j * n + l, k]
-    inv_reverse(iattr, a, y, M, gt_A)
+    inv_reverse(iattr, a, y, M, gt_A, temps[size * K + 2 * n * n:])
+
+
+@njit(cache=True, error_model="numpy")
+def temps_entries(op, iattr, a):
+    """(fixed, per column): the kernels above need at most fixed + K * per column entries of `temps` for op in a
+    sweep of K columns (jitape_kernels.cpu.interpreter.planned_temps plans one buffer for a whole Program)."""
+    if op == oc.MATMUL:
+        m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
+        stacked = (n + k) * m if min(n, k) <= STACKED_INNER_MAX else 0     # reverse: inner n; tangent: k
+        return 0, max(stacked, n * k)
+    if op == oc.SOLVE:
+        batch, n, m = iattr[a], iattr[a + 1], iattr[a + 2]
+        # second order: dB, M and then the reverse kernel's columns, row and factors (which cover the others')
+        return batch * n * m + n * n + 2 * n, batch * n * m + n * m + m
+    if op == oc.INV:
+        batch, n = iattr[a], iattr[a + 1]
+        return batch * n * n + 5 * n * n + 2 * n, batch * n * n
+    return 0, 0

@@ -195,23 +195,24 @@ def _ties(x, extremum, base, n, inner):
 
 
 @njit(cache=True, error_model="numpy")
-def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, assign=False):
+def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, temps, assign=False):
     """The reduction's Jacobian over K columns: out += J in (tangents) or, transposed, in += J^T out
-    (cotangents). assign (transposed): in's rows are first written here and hold no values yet."""
+    (cotangents). assign (transposed): in's rows are first written here and hold no values yet. temps: see
+    temps_entries."""
     K = out_rows.shape[1]
     if op == oc.SUM:
         _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign)
         return
     if op != oc.PROD and K == 1 and transpose:
         _extremum_transposed(x, y, out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), outer, n,
-                             inner, assign)
+                             inner, assign, temps)
         return
     if assign:
         in_rows[:] = 0
     if op != oc.PROD:
         _extremum_linear(x, y, out_rows, in_rows, outer, n, inner, transpose)
         return
-    d = np.empty(n)
+    d = temps[:n]
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
@@ -248,7 +249,7 @@ def _extremum_linear(x, y, out_rows, in_rows, outer, n, inner, transpose):
 
 
 @njit(cache=True, error_model="numpy")
-def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign):
+def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign, temps):
     """MAX/MIN cotangents, K = 1: each reduced entry's cotangent split evenly between its tied extrema (as
     TensorFlow), in two passes over its entries (count the ties, then write), with no partials array; loops
     over [outer, n, inner] views (see reduce_forward)."""
@@ -272,7 +273,7 @@ def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign):
     x3 = x.reshape(outer, n, inner)
     g3 = g_in.reshape(outer, n, inner)
     y2 = y.reshape(outer, inner)
-    shares = np.empty(inner, g_out.dtype)       # tie counts, then each column's share
+    shares = temps[:inner]       # tie counts, then each column's share
     for o in range(outer):
         for i in range(inner):
             shares[i] = 0
@@ -353,7 +354,7 @@ def _sum_across_rows(out2, in3, transpose, assign):
 
 
 @njit(cache=True, error_model="numpy")
-def prod_second(x, g_out, t_in, gt_in, outer, n, inner):
+def prod_second(x, g_out, t_in, gt_in, outer, n, inner, temps):
     """PROD's second-order term: gt_in[a] += g * d/dt (product of the entries other than a).
 
     The product excluding a is prefix[a] * suffix[a]; their tangents follow the
@@ -362,9 +363,9 @@ def prod_second(x, g_out, t_in, gt_in, outer, n, inner):
     K = t_in.shape[1]
     if n == 0:
         return
-    suffix = np.empty(n)
-    suffix_t = np.empty((n, K))
-    prefix_t = np.empty(K)
+    suffix = temps[:n]
+    suffix_t = temps[n:n + n * K].reshape(n, K)
+    prefix_t = temps[n + n * K:n + (n + 1) * K]
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
@@ -390,14 +391,14 @@ def prod_second(x, g_out, t_in, gt_in, outer, n, inner):
 
 
 @njit(cache=True, error_model="numpy")
-def cumsum_forward(x, out, outer, n, inner, exclusive, reverse):
+def cumsum_forward(x, out, outer, n, inner, exclusive, reverse, temps):
     """Running sums along the middle axis of an [outer, n, inner] view: from the last entry when reverse,
     each entry left out of its own sum when exclusive (the first sum is then 0); numpy's order."""
-    _running_sums(x.reshape(outer, n, inner), out.reshape(outer, n, inner), exclusive, reverse, False)
+    _running_sums(x.reshape(outer, n, inner), out.reshape(outer, n, inner), exclusive, reverse, False, temps)
 
 
 @njit(cache=True, error_model="numpy")
-def cumsum_linear(out_rows, in_rows, outer, n, inner, exclusive, reverse, transpose):
+def cumsum_linear(out_rows, in_rows, outer, n, inner, exclusive, reverse, transpose, temps):
     """CUMSUM's map over K columns: out += C in (tangents) or, transposed, in += C^T out (cotangents);
     C^T is the running sum in the other direction with the same exclusivity."""
     K = out_rows.shape[1]
@@ -405,9 +406,9 @@ def cumsum_linear(out_rows, in_rows, outer, n, inner, exclusive, reverse, transp
     dst = in_rows if transpose else out_rows
     backward = reverse != transpose
     if K == 1:
-        _running_sums(src.reshape(outer, n, inner), dst.reshape(outer, n, inner), exclusive, backward, True)
+        _running_sums(src.reshape(outer, n, inner), dst.reshape(outer, n, inner), exclusive, backward, True, temps)
         return
-    acc = np.empty((inner, K))
+    acc = temps[:inner * K].reshape(inner, K)
     for o in range(outer):
         acc[:] = 0.0
         for step in range(n):
@@ -424,7 +425,7 @@ def cumsum_linear(out_rows, in_rows, outer, n, inner, exclusive, reverse, transp
 
 
 @njit(cache=True, error_model="numpy")
-def _running_sums(src3, dst3, exclusive, backward, add):
+def _running_sums(src3, dst3, exclusive, backward, add, temps):
     """dst3[o, a, :] (+)= the running sums of src3[o, :, :] along a (from the last a when backward), in order
     (numpy's), indexed from loop counters (see reduce_forward); along a contiguous axis the running sum stays in
     a register. CUMSUM's forward, and its map over one column."""
@@ -442,7 +443,7 @@ def _running_sums(src3, dst3, exclusive, backward, add):
                     acc = acc + v if step else v
                     _put(dst3, (o, a, 0), acc, not add)
         return
-    acc = np.empty(inner, src3.dtype)
+    acc = temps[:inner]
     for o in range(outer):
         acc[:] = 0
         for step in range(n):
@@ -455,3 +456,17 @@ def _running_sums(src3, dst3, exclusive, backward, add):
                 else:
                     acc[i] = acc[i] + v if step else v
                     _put(dst3, (o, a, i), acc[i], not add)
+
+
+@njit(cache=True, error_model="numpy")
+def temps_entries(op, iattr, a):
+    """(fixed, per column): the kernels above need at most fixed + K * per column entries of `temps` for op in a
+    sweep of K columns (jitape_kernels.cpu.interpreter.planned_temps plans one buffer for a whole Program)."""
+    n, inner = iattr[a + 1], iattr[a + 2]
+    if op == oc.CUMSUM:
+        return inner, inner         # running sums across inner (one column, the forward), or K columns each
+    if op == oc.PROD:
+        return n, n + 1             # the partials; second order: suffix products and their K tangents
+    if op == oc.MAX or op == oc.MIN:
+        return inner, 0             # tie counts across inner
+    return 0, 0

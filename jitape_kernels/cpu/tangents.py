@@ -102,7 +102,7 @@ def _live_row(code, r, c, live):
 
 
 @njit(cache=True, error_model="numpy")
-def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target, homes):
+def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target, homes, temps):
     """Fill the K tangent columns y' = sum_i J_i x_i' of the outputs whose tangents are needed, in
     program order: toward `target` (a slot: forward-mode Jacobians), with target -1 those the
     second-order sweep reads, with -2 all of them. Other rows are left as they are (never read).
@@ -114,11 +114,11 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
     are zeroed before they are accumulated into. seed_row >= 0 says the rows from seed_row hold
     the identity's columns seed_start.. : a matmul with that operand copies
     instead of multiplying by the identity. -1 for other seeds. homes: values read where they live (see
-    interpreter.reverse_instruction).
+    interpreter.reverse_instruction); temps: the kernels' scratch (see interpreter.planned_temps).
     """
-    code, slots, iattr, fattr, arena, tangent, seeded, homes = (unowned(code), unowned(slots), unowned(iattr),
-                                                                unowned(fattr), unowned(arena), unowned(tangent),
-                                                                unowned(seeded), unowned(homes))
+    code, slots, iattr, fattr, arena, tangent, seeded, homes, temps = (
+        unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(tangent),
+        unowned(seeded), unowned(homes), unowned(temps))
     empty = tangent[0:0]
     transpose = tangent.shape[1] < 0      # run-time False: the reverse sweep's linear kernels serve as they are
     needed = _tangents_needed(code, slots, target)
@@ -162,31 +162,32 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
         elif op == oc.MATMUL:
             seeded_x = j0 >= 0 and j0 == seed_row
             seeded_w = j1 >= 0 and j1 == seed_row
-            matmul_tangent(iattr, a, x, w, t0, t1, t_out, j0 >= 0 and not seeded_x, j1 >= 0 and not seeded_w)
+            matmul_tangent(iattr, a, x, w, t0, t1, t_out, j0 >= 0 and not seeded_x, j1 >= 0 and not seeded_w, temps)
             # run-time flags (not literals): one compiled specialization serves both operands
             if seeded_x:
                 matmul_seeded_tangent(iattr, a, x, w, t_out, not seeded_x, seed_start)
             if seeded_w:
                 matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, seed_start)
         elif op == oc.SOLVE:
-            solve_tangent(iattr, a, x, y, t0, t1, t_out, j0 >= 0, j1 >= 0)
+            solve_tangent(iattr, a, x, y, t0, t1, t_out, j0 >= 0, j1 >= 0, temps)
         elif j0 < 0:
             continue
         elif op <= oc.PROD:
-            reduce_linear(op, x, y, t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], transpose)
+            reduce_linear(op, x, y, t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], transpose, temps)
         elif op == oc.CUMSUM:
             cumsum_linear(t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
-                          transpose)
+                          transpose, temps)
         elif op <= oc.PAD:
             mapped_linear(op, iattr, a, t_out, t0, transpose, work)
         elif op <= oc.GATHER:
             moved_linear(op, iattr, a, t_out, t0, transpose)
         else:
-            inv_tangent(iattr, a, y, t0, t_out)
+            inv_tangent(iattr, a, y, t0, t_out, temps)
 
 
 @njit(cache=True, error_model="numpy")
-def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, homes):
+def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, homes,
+                        temps):
     """Instruction r's second-order kernel; adjoint is the one-column cotangent buffer, live says which
     tangents can be nonzero (see live_tangents)."""
     g = adjoint.reshape(adjoint.size)
@@ -212,11 +213,11 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
         return
     if op == oc.PROD:
         if live0:
-            prod_second(x, g_out, t0, gt0, iattr[a], iattr[a + 1], iattr[a + 2])
+            prod_second(x, g_out, t0, gt0, iattr[a], iattr[a + 1], iattr[a + 2], temps)
         return
     if op == oc.INV:
         if live0:
-            inv_second(iattr, a, y, adjoint[go:go + size], t0, gt0)
+            inv_second(iattr, a, y, adjoint[go:go + size], t0, gt0, temps)
         return
     if op > oc.BINARY_LAST and op != oc.MATMUL and op != oc.SOLVE:
         return
@@ -231,9 +232,9 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
                           j1 >= 0 and live[code[r, oc.IN1]])
     elif op == oc.MATMUL:
         if j0 >= 0 and j1 >= 0:
-            matmul_second(iattr, a, g_out, t0, t1, gt0, gt1)
+            matmul_second(iattr, a, g_out, t0, t1, gt0, gt1, temps)
     elif j0 >= 0:
-        solve_second(iattr, a, x, y, adjoint[go:go + size], t0, tangent[go:go + size], gt0, gt1, j1 >= 0)
+        solve_second(iattr, a, x, y, adjoint[go:go + size], t0, tangent[go:go + size], gt0, gt1, j1 >= 0, temps)
 
 
 @njit(cache=True, error_model="numpy")
@@ -257,7 +258,7 @@ def _first_write(code, r, c, slots, written, adjoint_tangent):
 
 
 @njit(cache=True, error_model="numpy")
-def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes):
+def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes, temps):
     """Accumulate the tangents of the cotangents, last instruction first; returns, per slot, whether
     its rows of adjoint_tangent were written (rows never written hold no values: read them as zeros).
 
@@ -266,11 +267,12 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
     any contents (the target's cotangent does not vary, so its tangent is zero). The
     sources' rows end up holding Hessian-times-direction columns. An instruction whose
     output was never written (no second-order term reached it: a loss's linear tail)
-    skips its reverse rule, and rows are zeroed only when first written.
+    skips its reverse rule, and rows are zeroed only when first written. temps: the kernels' scratch (see
+    interpreter.planned_temps).
     """
-    code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes = (
+    code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes, temps = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
-        unowned(tangent), unowned(adjoint_tangent), unowned(seeded), unowned(homes))
+        unowned(tangent), unowned(adjoint_tangent), unowned(seeded), unowned(homes), unowned(temps))
     written = np.zeros(slots.shape[0], np.bool_)
     live = live_tangents(code, slots, seeded)
     work = new_work()
@@ -278,11 +280,12 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
         if written[code[r, oc.OUT]]:
             for c in range(oc.IN0, oc.IN2 + 1):
                 _first_write(code, r, c, slots, written, adjoint_tangent)
-            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work, homes)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work, temps, homes)
         to0, to1 = _second_order_inputs(code[r, oc.OP], code, r)
         if to0:
             _first_write(code, r, oc.IN0, slots, written, adjoint_tangent)
         if to1:
             _first_write(code, r, oc.IN1, slots, written, adjoint_tangent)
-        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, homes)
+        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, homes,
+                            temps)
     return written
