@@ -99,7 +99,7 @@ class CPU(Backend):
         planned = program.__dict__.get("temps")
         if planned is None:
             planned = program.temps = self._kernels.planned_temps(program.code, program.iattr)
-        return workspace.take("temps", planned[0] + planned[1] * columns, program.dtype)
+        return workspace.scratch(planned[0] + planned[1] * columns, program.arena.dtype)
 
     def reverse(self, program, adjoint, written):
         self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
@@ -124,8 +124,8 @@ class CPU(Backend):
                                               batch)
 
     def per_example(self, program, code, modes, layouts, row_adjoint, param_adjoint):
-        temps = workspace.take("temps", self._kernels.per_example_temps(code, modes, program.slots, program.iattr,
-                                                                        param_adjoint.shape[1]), program.dtype)
+        temps = workspace.scratch(self._kernels.per_example_temps(code, modes, program.slots, program.iattr,
+                                                                  param_adjoint.shape[1]), program.arena.dtype)
         self._kernels.per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr,
                                         program.arena, row_adjoint, param_adjoint, program.homes, temps)
 

@@ -97,6 +97,16 @@ class _Workspace(threading.local):
             buf = self.buffers[(name, dtype)] = np.empty(max(size, 1024), dtype)
         return buf[:size]
 
+    def scratch(self, size, dtype):
+        """A buffer of at least `size` entries of numpy dtype `dtype` that only one sweep uses while it runs
+        (nothing keeps a view of it, so no reference check): the kernels' scratch."""
+        buf = self.buffers.get(("scratch", dtype))
+        if buf is None or buf.size < size:
+            if size * dtype.itemsize > config.workspace_reuse_bytes:
+                return np.empty(size, dtype)
+            buf = self.buffers[("scratch", dtype)] = np.empty(max(size, 1024), dtype)
+        return buf
+
 
 _HELD = 3      # sys.getrefcount of a workspace buffer nothing else views: the dict's, take()'s name, the call's
 workspace = _Workspace()

@@ -100,6 +100,10 @@ def _poisoned(self, name, size, dtype):
     return np.full(size, np.nan, dtype)
 
 
+def _poisoned_scratch(self, size, dtype):
+    return np.full(size, np.nan, dtype)
+
+
 @settings(max_examples=30, deadline=None)
 @given(STEPS, st.integers(0, 10**6))
 def test_sweeps_read_no_row_before_writing_it(steps, seed):
@@ -121,7 +125,8 @@ def test_sweeps_read_no_row_before_writing_it(steps, seed):
         return [None if f is None else f.numpy() for f in found]
 
     clean = derivatives()
-    with mock.patch.object(recycling._Workspace, "take", _poisoned):
+    with mock.patch.object(recycling._Workspace, "take", _poisoned), \
+            mock.patch.object(recycling._Workspace, "scratch", _poisoned_scratch):
         poisoned = derivatives()
         with mock.patch.object(jt.config, "jacobian_memory_bytes", 1):     # one column per sweep
             chunked = derivatives()
