@@ -238,6 +238,8 @@ class Concrete:
         live = [e[1] for e in self.outputs if e[0] == "slot"] + [w[1] for w in self.writes
                                                                  if not isinstance(w[1], np.ndarray)]
         live += [g[0] for g in self.slot_guards]
+        self._live, self._fuses = np.array(live, np.int64), fuse
+        self.purpose_layouts = {}       # per bound purpose, the fused groups and places its replays run
         if fuse:
             self._run_code, self._offsets, self._steps[:, 0], self._fused, self._places, n_scratch = run_layout(
                 self.code, self.slots, self._steps[:, 0], self._step_code, np.array(live, np.int64))
@@ -350,11 +352,19 @@ class Concrete:
         moves = [[row, self.slots[s, oc.SIZE] if row >= 0 else 0, -1, max(s, 0)] for row, s in zip(rows, sources)]
         adjoint = np.empty((max(self._adjoint.shape[0], program.adjoint_size), columns), self.dtype)
         device = backends.current(backend_name)
-        step_code = np.vstack([self._step_code, program.code])
+        steps, step_code = np.vstack([self._steps, [step]]), np.vstack([self._step_code, program.code])
+        fused, places, scratch = self._fused, self._places, self._scratch
+        if not self._fuses:
+            # a differentiated variant keeps every value for its other uses; this purpose's replays need only
+            # the outputs and what the gradient steps read: fused groups on the canonical layout
+            _, _, _, fused, places, n_scratch = run_layout(self.code, self.slots, steps[:, 0], step_code.copy(),
+                                                           self._live, elide_copies=False)
+            scratch = np.empty(n_scratch * BLOCK, self.dtype)
+        self.purpose_layouts[purpose] = fused, places
         self._replayers[device.name, purpose] = device.bind_replay(
-            self._run_code, self.slots, self.iattr, self.fattr, self.arena, np.vstack([self._steps, [step]]),
-            step_code, np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]), adjoint, self._guards,
-            self._expected, self._fused, self._places, self._scratch,
+            self._run_code, self.slots, self.iattr, self.fattr, self.arena, steps, step_code,
+            np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]), adjoint, self._guards,
+            self._expected, fused, places, scratch,
             device.replay_temps(self._run_code, step_code, self.iattr, columns, self.dtype))
         self._gradient_rows[purpose] = (adjoint, [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                   for row, s, dtype in zip(rows, sources, dtypes)])

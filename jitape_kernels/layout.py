@@ -33,10 +33,13 @@ def _fusable(code, slots):
     return (elementwise & same | fill) & (size >= FUSE_MIN_SIZE)
 
 
-def run_layout(code, slots, positions, step_code, live):
+def run_layout(code, slots, positions, step_code, live, elide_copies=True):
     """(run code, slot offsets, positions, fused, places, scratch buffers) for replaying `code` (rows with
     gradient steps before the rows `positions` name, whose derivative rows are `step_code`) when only the
-    slots marked in `live` (outputs, guards, writes) must hold their values afterwards.
+    slots marked in `live` (outputs, guards, writes) and the values the steps' derivative rules read
+    (opcodes.FIRST_ORDER_READS) must hold their values afterwards. Without elide_copies the copies stay and
+    every slot keeps its own rows (the canonical offsets: a layout for one purpose of a variant whose other
+    uses read the canonical one).
 
     run code   code without the copies, reading the slot a copy copied where it read the copy; its offset
                columns (and step_code's, rewritten in place) hold `offsets`
@@ -46,7 +49,7 @@ def run_layout(code, slots, positions, step_code, live):
     """
     op = code[:, oc.OP]
     copies = ((op == oc.COPY) | (op == oc.STOP_GRADIENT)) & (
-        slots[code[:, oc.OUT], oc.SIZE] == slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE])
+        slots[code[:, oc.OUT], oc.SIZE] == slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE]) & elide_copies
     # a copy's output is its input's value: the run code reads the slot that holds it (its root)
     root = np.arange(slots.shape[0])
     for r in np.flatnonzero(copies).tolist():       # in program order: a copy of a copy reads the first's input
@@ -73,8 +76,10 @@ def run_layout(code, slots, positions, step_code, live):
     for c in (oc.IN0, oc.IN1, oc.IN2):
         reads = run[:, c] >= 0
         np.maximum.at(last_read, run[reads, c], np.flatnonzero(reads))
-    for c in (oc.OUT, oc.IN0, oc.IN1, oc.IN2):
-        last_read[root[step_code[step_code[:, c] >= 0, c]]] = n
+    step_reads = np.asarray(oc.FIRST_ORDER_READS, np.int64)[step_code[:, oc.OP]]
+    for c, bit in ((oc.OUT, oc.READ_OUT), (oc.IN0, oc.READ_IN0), (oc.IN1, oc.READ_IN1), (oc.IN2, oc.READ_IN2)):
+        read = (step_code[:, c] >= 0) & (step_reads & bit != 0)
+        last_read[root[step_code[read, c]]] = n
     last_read[root[live]] = n
     n_scratch = 0
     for start in np.flatnonzero(starts).tolist():

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import jitape as jt
+from jitape.replay import Function
 from jitape_kernels import opcodes as oc
 from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
 
@@ -90,3 +91,35 @@ def test_a_variant_in_its_run_layout_refuses_to_plan_a_derivative():
     f(jt.constant(np.ones(FUSE_MIN_SIZE)))
     with pytest.raises(ValueError, match="run layout"):
         _only_variant(f).program([0], [0])
+
+
+@pytest.mark.parametrize("bind", [jt.grad, jt.jacobian])
+def test_bound_gradients_replay_fused_groups_of_the_values_they_do_not_read(bind):
+    """jt.grad / jt.jacobian replays of a differentiated variant run fused groups on its canonical layout: the
+    outputs and the values the gradient's rules read (opcodes.FIRST_ORDER_READS) reach the arena, the others
+    (here x * 1.5 + 0.25 - peak, which exp's rule does not read) only scratch; results equal eager ones."""
+    n = FUSE_MIN_SIZE + 7
+    # differentiated: the jt.function that jt.grad and jt.jacobian replay
+    fn = Function(lambda x: jt.reduce_logsumexp(x * 1.5 + 0.25, keepdims=bind is jt.jacobian), differentiated=True)
+    derivative = bind(fn)
+    rng = np.random.default_rng(3)
+
+    def eager(x):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = jt.reduce_logsumexp(x * 1.5 + 0.25, keepdims=bind is jt.jacobian)
+        return (tape.jacobian if bind is jt.jacobian else tape.gradient)(y, x).numpy()
+
+    x = jt.constant(rng.normal(size=n))
+    derivative(x), derivative(x)           # traced, then bound
+    concrete = _only_variant(fn)
+    (fused, places), = concrete.purpose_layouts.values()
+    in_scratch = [concrete._run_code[r, oc.OUT] for r in np.flatnonzero(places[:, 0] >= 0)]
+    assert np.any(fused) and len(in_scratch) >= 2
+    for slot in in_scratch:
+        concrete.arena[concrete._span(slot)] = np.nan
+    for _ in range(2):
+        x = jt.constant(rng.normal(size=n))
+        np.testing.assert_allclose(derivative(x).numpy(), eager(x), rtol=1e-12, atol=1e-15)
+    for slot in in_scratch:
+        assert np.all(np.isnan(concrete.arena[concrete._span(slot)]))

@@ -112,28 +112,30 @@ def pairwise_sum(x, start, n):
 
 @njit(cache=True, error_model="numpy", inline="always")
 def lane_sum(x, start, n):
-    """x[start:start + n] in eight running sums (vectorised), added pairwise at the end: numpy's order for
-    n <= 128 (a block of pairwise_sum)."""
+    """x[start:start + n] in eight running sums, added pairwise at the end: numpy's order for n <= 128 (a block
+    of pairwise_sum). The block is sliced first and indexed from loop counters: indices computed from `start`
+    carry numba's negative-index wrapping (1.35x slower on 40,000 entries)."""
+    y = x[start:start + n]
     if n < 8:
         total = x.dtype.type(0)
-        for i in range(start, start + n):
-            total += x[i]
+        for i in range(n):
+            total += y[i]
         return total
-    r0, r1, r2, r3 = x[start], x[start + 1], x[start + 2], x[start + 3]
-    r4, r5, r6, r7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
-    stop = start + n - n % 8
-    for i in range(start + 8, stop, 8):
-        r0 += x[i]
-        r1 += x[i + 1]
-        r2 += x[i + 2]
-        r3 += x[i + 3]
-        r4 += x[i + 4]
-        r5 += x[i + 5]
-        r6 += x[i + 6]
-        r7 += x[i + 7]
+    r0, r1, r2, r3 = y[0], y[1], y[2], y[3]
+    r4, r5, r6, r7 = y[4], y[5], y[6], y[7]
+    blocks = n // 8
+    for b in range(1, blocks):
+        r0 += y[b * 8]
+        r1 += y[b * 8 + 1]
+        r2 += y[b * 8 + 2]
+        r3 += y[b * 8 + 3]
+        r4 += y[b * 8 + 4]
+        r5 += y[b * 8 + 5]
+        r6 += y[b * 8 + 6]
+        r7 += y[b * 8 + 7]
     total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    for i in range(stop, start + n):
-        total += x[i]
+    for i in range(blocks * 8, n):
+        total += y[i]
     return total
 
 
