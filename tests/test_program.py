@@ -15,6 +15,7 @@ import jitape.tape
 from jitape import execute, recycling
 from jitape.program import lower
 from jitape_kernels.cpu.interpreter import SMALL
+from jitape_kernels.cpu.linalg import STACKED_INNER_MAX
 from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
 
 STEPS = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 10**6)), min_size=1, max_size=12)
@@ -137,6 +138,40 @@ def test_sweeps_read_no_row_before_writing_it(steps, seed):
             assert not np.isnan(p).any() and not np.isnan(q).any()
             np.testing.assert_array_equal(p, c)
             np.testing.assert_allclose(q, c, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("width", [8, STACKED_INNER_MAX + 4])
+def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
+    """Reverse-mode Jacobians (K columns) of rows above the scalar loops' size: the elementwise kernels (unary,
+    binary, and x * x, whose second input adds to what its first set) and matmul's K-column rows (stacked up to
+    STACKED_INNER_MAX, one product per row above) set an input's rows on their first write. With every executor
+    buffer handed out full of NaN, the Jacobian is the clean one, which matches central differences."""
+    rng = np.random.default_rng(width)
+    x0 = rng.uniform(-1.0, 1.0, (5, 24))
+    w = jt.constant(rng.uniform(-0.5, 0.5, (24, width)))
+
+    def f(x):
+        return jt.tanh(jt.matmul(jt.sin(x) * x + x * x, w))
+
+    def jacobian():
+        x = jt.constant(x0)
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+        return tape.jacobian(y, x).numpy()
+
+    clean = jacobian()
+    with mock.patch.object(recycling._Workspace, "take", _poisoned), \
+            mock.patch.object(recycling._Workspace, "scratch", _poisoned_scratch):
+        poisoned = jacobian()
+    np.testing.assert_array_equal(poisoned, clean)
+    h = 1e-6
+    for index in [(0, 0), (2, 7), (4, 23)]:
+        shifted = [x0.copy(), x0.copy()]
+        shifted[0][index] += h
+        shifted[1][index] -= h
+        numeric = (f(jt.constant(shifted[0])).numpy() - f(jt.constant(shifted[1])).numpy()) / (2 * h)
+        np.testing.assert_allclose(clean[(slice(None), slice(None)) + index], numeric, rtol=1e-6, atol=1e-8)
 
 
 @settings(max_examples=25, deadline=None)

@@ -355,12 +355,14 @@ def unary_forward(op, x, out, p0, p1):
 
 
 @njit(cache=True, error_model="numpy")
-def unary_reverse(op, x, y, g_out, g_in, p0, p1):
+def unary_reverse(op, x, y, g_out, g_in, p0, p1, assign=False):
+    """g_in += g_out f'(x) over K columns (the tangent sweep's kernel too: a diagonal Jacobian is its own
+    transpose); assign: g_in's first write (its rows hold no values yet), so it is set rather than added to."""
     K = g_out.shape[1]
     for i in range(x.size):
         d = unary_derivative(op, x[i], y[i], p0, p1)
         for k in range(K):
-            g_in[i, k] += g_out[i, k] * d
+            _put(g_in, (i, k), g_out[i, k] * d, assign)
 
 
 @njit(cache=True, error_model="numpy")
@@ -537,17 +539,19 @@ def binary_forward(op, a, b, out):
 
 
 @njit(cache=True, error_model="numpy")
-def binary_reverse(op, a, b, y, g_out, g_a, g_b, want_a, want_b):
+def binary_reverse(op, a, b, y, g_out, g_a, g_b, want_a, want_b, assign_a=False, assign_b=False):
+    """g_a += g_out da and g_b += g_out db over K columns; assign_a / assign_b: that input's first write (set, not
+    added to: a's rows before b's, so x * x's second input adds to what its first set)."""
     K = g_out.shape[1]
     for i in range(a.size):
         da, db = binary_partials(op, a[i], b[i], y[i])
         # branch-free inner loops over the K contiguous columns vectorise
         if want_a:
             for k in range(K):
-                g_a[i, k] += g_out[i, k] * da
+                _put(g_a, (i, k), g_out[i, k] * da, assign_a)
         if want_b:
             for k in range(K):
-                g_b[i, k] += g_out[i, k] * db
+                _put(g_b, (i, k), g_out[i, k] * db, assign_b)
 
 
 @njit(cache=True, error_model="numpy")

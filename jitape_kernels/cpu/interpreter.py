@@ -213,7 +213,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temp
             if K == 1:
                 unary_reverse_1d(op, x, y, flat[go:go + size], flat[j0:j0 + n0], p0, p1, assign0)
             else:
-                unary_reverse(op, x, y, g_out, g0, p0, p1)
+                unary_reverse(op, x, y, g_out, g0, p0, p1, assign0)
         return
     if op <= oc.BINARY_LAST or op == oc.MATMUL or op == oc.SOLVE:
         i1 = code[r, oc.IN1_OFF]
@@ -226,7 +226,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temp
             binary_reverse_1d(op, x, w, y, flat[go:go + size], flat[max(j0, 0):max(j0, 0) + n0],
                               flat[max(j1, 0):max(j1, 0) + n1], j0 >= 0, j1 >= 0, assign0, assign1)
         elif op <= oc.BINARY_LAST:
-            binary_reverse(op, x, w, y, g_out, g0, g1, j0 >= 0, j1 >= 0)
+            binary_reverse(op, x, w, y, g_out, g0, g1, j0 >= 0, j1 >= 0, assign0, assign1)
         elif op == oc.MATMUL:
             matmul_reverse(iattr, a, x, w, g_out, g0, g1, j0 >= 0, j1 >= 0, temps, assign0, assign1)
         else:
@@ -267,10 +267,10 @@ def value_of(arena, homes, slot, offset, size):
 
 @njit(cache=True, error_model="numpy", inline="always")
 def sets_first_write(op, K, distinct_inputs):
-    """Whether op's reverse kernel sets (rather than adds to) the rows of an input it writes first: the K = 1
+    """Whether op's reverse kernel sets (rather than adds to) the rows of an input it writes first: the
     elementwise kernels, the reductions, and matmul when its operands are different slots (it writes one
     operand's rows before the other's)."""
-    return (K == 1 and op <= oc.BINARY_LAST) or oc.SUM <= op <= oc.PROD or (op == oc.MATMUL and distinct_inputs)
+    return op <= oc.BINARY_LAST or oc.SUM <= op <= oc.PROD or (op == oc.MATMUL and distinct_inputs)
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -11,6 +11,7 @@ from numba import njit
 
 from .. import opcodes as oc
 from .blas import gemm, solve_columns
+from .elementwise import _put
 
 
 @njit(cache=True, error_model="numpy")
@@ -66,9 +67,7 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, temps, assig
             if K == 1:
                 gemm(1.0, G.reshape(m, n), False, Wm, True, 0.0 if first else 1.0, GX.reshape(m, k))
             else:
-                if first:
-                    GX[:] = 0
-                _rows_times(Wm, False, G, GX, m, k, n, temps)
+                _rows_times(Wm, False, G, GX, m, k, n, temps, first)
 
 
 # Below this inner dimension a (k, n) @ (n, K) product per row is mostly BLAS call overhead
@@ -77,18 +76,19 @@ STACKED_INNER_MAX = 16
 
 
 @njit(cache=True, error_model="numpy")
-def _rows_times(Wm, transposed, G, GX, m, k, n, temps):
+def _rows_times(Wm, transposed, G, GX, m, k, n, temps, assign):
     """GX[i] (k, K) += op(W) (k, n) @ G[i] (n, K) for every row i (the K-column products of matmul's rows);
-    op(W) = Wm^T when transposed. temps: (n + k) m K entries when n <= STACKED_INNER_MAX."""
+    op(W) = Wm^T when transposed; assign: GX's first write (set, not added to). temps: (n + k) m K entries when
+    n <= STACKED_INNER_MAX."""
     if n <= STACKED_INNER_MAX:
-        _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps)
+        _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps, assign)
         return
     for i in range(m):
-        gemm(1.0, Wm, transposed, G[i * n:(i + 1) * n], False, 1.0, GX[i * k:(i + 1) * k])
+        gemm(1.0, Wm, transposed, G[i * n:(i + 1) * n], False, 0.0 if assign else 1.0, GX[i * k:(i + 1) * k])
 
 
 @njit(cache=True, error_model="numpy")
-def _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps):
+def _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps, assign):
     """As _rows_times in one BLAS call: the rows' G blocks side by side as (n, m*K), W @ that, added back."""
     K = G.shape[1]
     g = G.reshape(G.size)
@@ -107,7 +107,7 @@ def _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps):
             dst = (i * k + p) * K
             src = (p * m + i) * K
             for c in range(K):
-                gx[dst + c] += t[src + c]
+                _put(gx, dst + c, t[src + c], assign)
 
 
 @njit(cache=True, error_model="numpy")
@@ -122,7 +122,7 @@ def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w, temps):
             gemm(1.0, X, False, t_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K), False, 1.0, T.reshape(m, n * K))
         if has_x:
             # C'[i] (n, K) += W^T (n, k) @ X'[i] (k, K) for every row i
-            _rows_times(Wm, True, t_x[bx * m * k:(bx + 1) * m * k], T, m, n, k, temps)
+            _rows_times(Wm, True, t_x[bx * m * k:(bx + 1) * m * k], T, m, n, k, temps, K < 0)   # K < 0: False
 
 
 @njit(cache=True, error_model="numpy")
