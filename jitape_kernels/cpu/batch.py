@@ -190,8 +190,9 @@ def row_layouts(code, slots, iattr, batch, sources):
     for s in sources:
         if s >= 0:
             post[s] = leading_layout(slots, s, batch)
+    ins = np.empty(3, np.int64)       # per instruction: its inputs' layouts
     for r in range(code.shape[0]):
-        ins = np.full(3, NO_ROWS, np.int64)
+        ins[:] = NO_ROWS
         for c in range(3):
             s = code[r, oc.IN0 + c]
             if s >= 0 and code[r, oc.IN0_ADJ + c] >= 0 and slots[s, oc.SIZE] > 0 and post[s] != FREE:
@@ -228,14 +229,11 @@ ROW, PARAM, JUNCTION = 0, 1, 2
 
 
 @njit(cache=True, error_model="numpy")
-def _row_inputs(code, r, post, candidate, use_candidates):
-    """Instruction r's input layouts: slots with rows, and batch-shaped constants when use_candidates."""
-    ins = np.full(3, NO_ROWS, np.int64)
+def _row_inputs(code, r, post, candidate, use_candidates, ins):
+    """ins = instruction r's input layouts: slots with rows, and batch-shaped constants when use_candidates."""
     for c in range(3):
         s = code[r, oc.IN0 + c]
-        if s >= 0 and post[s] >= 0 and (use_candidates or not candidate[s]):
-            ins[c] = post[s]
-    return ins
+        ins[c] = post[s] if s >= 0 and post[s] >= 0 and (use_candidates or not candidate[s]) else NO_ROWS
 
 
 @njit(cache=True, error_model="numpy")
@@ -266,6 +264,7 @@ def per_example_plan(code, slots, iattr, adjoint_rows, batch):
             post[s] = leading_layout(slots, s, batch)
             candidate[s] = post[s] >= 0
     modes = np.zeros(code.shape[0], np.int64)
+    ins = np.empty(3, np.int64)       # per instruction: its inputs' layouts
     for r in range(code.shape[0]):
         op = code[r, oc.OP]
         out = code[r, oc.OUT]
@@ -274,12 +273,12 @@ def per_example_plan(code, slots, iattr, adjoint_rows, batch):
             s = code[r, oc.IN0 + c]
             if s >= 0 and code[r, oc.IN0_ADJ + c] >= 0 and post[s] < 0:
                 param_in = True
-        ins = _row_inputs(code, r, post, candidate, True)
+        _row_inputs(code, r, post, candidate, True, ins)
         layout = NO_ROWS
         if ins[0] != NO_ROWS or ins[1] != NO_ROWS or ins[2] != NO_ROWS:
             layout = output_layout(code, r, slots, iattr, batch, ins[0], ins[1], ins[2])
             if layout == NO_ROWS:
-                ins = _row_inputs(code, r, post, candidate, False)
+                _row_inputs(code, r, post, candidate, False, ins)
                 if ins[0] != NO_ROWS or ins[1] != NO_ROWS or ins[2] != NO_ROWS:
                     layout = output_layout(code, r, slots, iattr, batch, ins[0], ins[1], ins[2])
                     if layout == NO_ROWS:
