@@ -8,6 +8,8 @@ jt.config.backend names the one in use.
 import abc
 import functools
 
+import numpy as np
+
 from . import config
 from .recycling import workspace
 
@@ -92,7 +94,7 @@ class CPU(Backend):
         return functools.partial(_compiled_for(self._kernels.replay_sweep, arrays), *arrays)
 
     def replay_temps(self, code, step_code, iattr, columns, dtype):
-        return max((self._kernels.new_temps(c, iattr, columns, dtype) for c in (code, step_code)), key=len)
+        return self._kernels.new_temps(np.concatenate([code, step_code]), iattr, columns, dtype)
 
     def _temps(self, program, columns):
         """The kernels' scratch for a sweep of `columns` columns over `program` (planned once per Program)."""
@@ -128,8 +130,6 @@ class CPU(Backend):
                                                                   param_adjoint.shape[1]), program.arena.dtype)
         self._kernels.per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr,
                                         program.arena, row_adjoint, param_adjoint, program.homes, temps)
-
-
 
 
 def _compiled_for(dispatcher, arrays):

@@ -1,7 +1,6 @@
 """The executor: runs Programs on the current backend (jitape.backend): seeding the adjoint and tangent
 buffers, the reverse, tangent and second-order sweeps, chunking K columns to the memory budget, unpacking
 source results."""
-
 import numpy as np
 
 from jitape_kernels import opcodes as oc
@@ -11,8 +10,6 @@ from . import backend, config, recycling
 from .program import lower
 from .recycling import workspace as _workspace
 from .tensor import VIEWS_FROM, Tensor
-
-
 
 
 def _arena(size, dtype):

@@ -78,7 +78,8 @@ def _forget(entry):
 
 
 class _Workspace(threading.local):
-    """Per-thread arena and adjoint buffers reused across sweeps.
+    """Per-thread buffers reused across sweeps: arena, adjoint and tangent buffers (take) and the kernels' scratch
+    (scratch).
 
     Fresh multi-megabyte buffers cost a page fault per 4 KiB on first touch,
     more than an MLP's whole reverse sweep; buffers above jt.config.workspace_reuse_bytes are not kept.

@@ -242,7 +242,7 @@ class Concrete:
         self.purpose_layouts = {}       # per bound purpose, the fused groups and places its replays run
         if fuse:
             self._run_code, self._offsets, self._steps[:, 0], self._fused, self._places, n_scratch = run_layout(
-                self.code, self.slots, self._steps[:, 0], self._step_code, np.array(live, np.int64))
+                self.code, self.slots, self._steps[:, 0], self._step_code, self._live)
         else:
             self._run_code, self._offsets, n_scratch = self.code, self.slots[:, oc.OFFSET], 0
             self._fused = np.zeros(self.code.shape[0], np.int64)

@@ -145,7 +145,8 @@ def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
     """Reverse-mode Jacobians (K columns) of rows above the scalar loops' size: the elementwise kernels (unary,
     binary, and x * x, whose second input adds to what its first set) and matmul's K-column rows (stacked up to
     STACKED_INNER_MAX, one product per row above) set an input's rows on their first write. With every executor
-    buffer handed out full of NaN, the Jacobian is the clean one, which matches central differences."""
+    buffer handed out full of NaN, the Jacobian is the clean one, in one sweep of K columns or in sweeps of three,
+    and it matches central differences."""
     rng = np.random.default_rng(width)
     x0 = rng.uniform(-1.0, 1.0, (5, 24))
     w = jt.constant(rng.uniform(-0.5, 0.5, (24, width)))
@@ -153,18 +154,29 @@ def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
     def f(x):
         return jt.tanh(jt.matmul(jt.sin(x) * x + x * x, w))
 
-    def jacobian():
+    def recorded():
         x = jt.constant(x0)
-        with jt.GradientTape() as tape:
+        with jt.GradientTape(persistent=True) as tape:
             tape.watch(x)
             y = f(x)
+        return tape, x, y
+
+    def jacobian():
+        tape, x, y = recorded()
         return tape.jacobian(y, x).numpy()
 
     clean = jacobian()
+    tape, x, y = recorded()
+    program = execute.lowered(tape, [y], [x])
+    per_column = (program.adjoint_size + y.numpy().size) * program.dtype.itemsize
     with mock.patch.object(recycling._Workspace, "take", _poisoned), \
             mock.patch.object(recycling._Workspace, "scratch", _poisoned_scratch):
         poisoned = jacobian()
+        with mock.patch.object(jt.config, "jacobian_memory_bytes", 3 * per_column):
+            assert execute._columns_per_sweep(program, y.numpy().size) == 3
+            chunked = jacobian()
     np.testing.assert_array_equal(poisoned, clean)
+    np.testing.assert_allclose(chunked, clean, rtol=1e-12, atol=1e-14)
     h = 1e-6
     for index in [(0, 0), (2, 7), (4, 23)]:
         shifted = [x0.copy(), x0.copy()]
