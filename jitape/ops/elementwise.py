@@ -243,10 +243,20 @@ def _binary_shape(shapes, params):
     return sa
 
 
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
 def _binary(name, opcode, forward, vjp):
     prim = Primitive(name, opcode, forward, _binary_shape, vjp)
 
     def op(x, y, name=None):
+        # the common case, two float tensors of one dtype and shape, without promote's call (a tenth of a
+        # recorded op's cost)
+        if isinstance(x, Tensor) and isinstance(y, Tensor):
+            xv, yv = x._value, y._value
+            dtype = xv.dtype
+            if yv.dtype is dtype and (dtype is _FLOAT64 or dtype is _FLOAT32) and xv.shape == yv.shape:
+                return emit(prim, (x, y), forward(xv, yv))
         x, y = promote(x, y)
         if x._value.shape != y._value.shape:
             x, y = _broadcast_pair(x, y, prim.name)

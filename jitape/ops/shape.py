@@ -437,7 +437,11 @@ def getitem(x, key):
             value = np.ascontiguousarray(value)
         if not _state.recording or v.dtype.kind != "f":
             return Tensor(value)
-        window = _recorded_window(v.shape, key)
+        if kind is builtins.slice:      # keyed by its resolved bounds: a dict lookup, no function call
+            bounds = (v.shape, key.indices(v.shape[0]))
+            window = (_sliced_windows.get(bounds) or _sliced_window(bounds, key))[0]
+        else:
+            window = _recorded_window(v.shape, key)
         if window is None:      # the whole of x
             return x
         params, iblock = window
@@ -517,6 +521,18 @@ def _recorded_window(shape, key):
     if parts is not None and len(_recorded_windows) < 4096:
         _recorded_windows[(shape, parts)] = (found,)
     return found
+
+
+_sliced_windows = {}     # (shape, key.indices(shape[0])) of x[key], key a slice -> (_recorded_window's result,)
+
+
+def _sliced_window(bounds, key):
+    """(_recorded_window,) of x[key] for a slice `key`, cached by `bounds` = (x's shape, key.indices(shape[0])):
+    plain ints whatever the key's bounds were (a Tensor bound's `__index__` ran, as numpy's indexing ran it)."""
+    cached = (_recorded_window(bounds[0], key),)
+    if len(_sliced_windows) < 4096:
+        _sliced_windows[bounds] = cached
+    return cached
 
 
 def _plain_part(k):
