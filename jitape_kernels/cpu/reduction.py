@@ -23,11 +23,19 @@ def reduce_forward(op, x, out, outer, n, inner, work):
         _extrema_across_rows(x.reshape(outer, n, inner), out.reshape(outer, inner), op == oc.MAX)
 
 
+SHORT_ROWS = 32
+
+
 @njit(cache=True, error_model="numpy")
 def _sum_forward(x, out, outer, n, inner):
     """Sums in the arena's dtype, in numpy's order, so a replayed sum equals numpy's bit for bit: pairwise
     along a contiguous axis, row after row (a vector loop) along an outer one."""
     if inner == 1:
+        if n <= SHORT_ROWS:     # row_sum's loop, no call per row: 5x faster on rows of 10 (W8's), slower past 40
+            x2 = x.reshape(outer, n)
+            for o in range(outer):
+                out[o] = row_sum(x2, o)
+            return
         for o in range(outer):
             out[o] = pairwise_sum(x, o * n, n)
         return
