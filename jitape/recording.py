@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from jitape_kernels import opcodes as oc
 
 from . import nest
-from .tensor import Tensor, Variable, VariableRead
+from .tensor import Tensor, Variable, VariableRead, _ids
 
 _PAD = tuple((1,) * (oc.MAXRANK - r) for r in range(oc.MAXRANK + 1))
 # Rows are appended as packed bytes: bytearray.extend(bytes) costs a tenth of array.extend(tuple), and the
@@ -145,7 +145,7 @@ class Recording:
         """The variables this tape watches, in the order they were first watched."""
         return tuple(self._variables.values())
 
-    # -- recording (called by jitape.ops.core.emit) ----------------------------------------
+    # -- recording (emit records on every tape; these are its other paths) -------------------
     def _connected(self, inputs):
         tracked = self._tracked
         connected = False
@@ -194,51 +194,9 @@ class Recording:
     def _add_row(self, opcode, out, in0, in1, in2, attr):
         self._rows += _pack_row(opcode, out, in0, in1, in2, attr)
 
-    def _record(self, prim, inputs, out, params, opcode, iblock, fblock):
-        """Record one op (called by ops.core.emit for every recording tape). The hot path of eager recording:
-        inputs that already have slots and read no variable, looked up inline; everything else takes
-        _record_first_reads. Nothing is recorded before the output's slot row is known to be valid (rank <=
-        MAXRANK), so an op that raises leaves every tape as it was."""
-        slot_of = self._slot_of
-        tracked = self._tracked
-        n = len(inputs)
-        s0 = s1 = None
-        if n == 1 or n == 2:        # unrolled (a loop costs a third more here); three inputs take the other path
-            t = inputs[0]
-            s0 = None if t._is_variable else slot_of.get(t._id)
-            connected = t._id in tracked
-            s1 = -1
-            if n == 2:
-                t = inputs[1]
-                s1 = None if t._is_variable else slot_of.get(t._id)
-                connected = connected or t._id in tracked
-        if s0 is None or s1 is None:
-            if n:
-                self._record_first_reads(prim, inputs, out, params, opcode, iblock, fblock)
-            return
-        if not connected:
-            return
-        value = out._value
-        row = _slot_rows_by_shape[value.itemsize == 8].get(value.shape) or _slot_row(value.shape,
-                                                                                     value.itemsize == 8, prim.name)
-        if fblock or iblock and type(iblock) is not bytes:
-            attr = self._attr(iblock, fblock)
-        elif iblock:        # packed already (a cached window): _attr's append, inline
-            attr = len(self._iattr) >> 3
-            self._iattr += iblock
-        else:
-            attr = -1
-        values = self._values
-        slot = len(values)
-        values.append(value)
-        self._slot_rows += row
-        slot_of[out._id] = slot
-        self._rows += _pack_row(opcode, slot, s0, s1, -1, attr)
-        self._records.append((prim, inputs, out, params))
-        tracked.add(out._id)
-
     def _record_first_reads(self, prim, inputs, out, params, opcode, iblock, fblock):
-        """_record where an input has no slot yet (a constant, or a watched tensor's first use) or is a variable."""
+        """emit's recording where an input has no slot yet (a constant, or a watched tensor's first use) or is a
+        variable, or where an op has no inputs or three."""
         tracked = self._tracked
         connected = False
         for t in inputs:
@@ -294,6 +252,59 @@ class Recording:
             if any(i in large for i in small):
                 return True
         return False
+
+
+def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
+    """Wrap `value` (already computed by prim.forward) and record it on every tape that tracks an input: the hot
+    path of eager recording, inline for inputs that already have slots and read no variable (a method call per
+    tape would cost a twentieth of a recorded op); everything else takes Recording._record_first_reads.
+    Nothing is recorded before the output's slot row is known to be valid (rank <= MAXRANK), so an op that
+    raises leaves every tape as it was. params: the op's parameters for its Python VJP; iblock, fblock: its
+    attribute block (ints, or ints packed by `packed_attributes`; floats)."""
+    out = _new_object(Tensor)       # Tensor(value) without its __init__ call: a fortieth of a recorded op
+    out._value = value
+    out._id = next(_ids)
+    for tape in _state.recording:
+        slot_of = tape._slot_of
+        tracked = tape._tracked
+        n = len(inputs)
+        s0 = s1 = None
+        if n == 1 or n == 2:        # unrolled (a loop costs a third more here)
+            t = inputs[0]
+            s0 = None if t._is_variable else slot_of.get(t._id)
+            connected = t._id in tracked
+            s1 = -1
+            if n == 2:
+                t = inputs[1]
+                s1 = None if t._is_variable else slot_of.get(t._id)
+                connected = connected or t._id in tracked
+        if s0 is None or s1 is None:
+            if n:
+                tape._record_first_reads(prim, inputs, out, params, prim.opcode, iblock, fblock)
+            continue
+        if not connected:
+            continue
+        row = _slot_rows_by_shape[value.itemsize == 8].get(value.shape) or _slot_row(value.shape,
+                                                                                     value.itemsize == 8, prim.name)
+        if fblock or iblock and type(iblock) is not bytes:
+            attr = tape._attr(iblock, fblock)
+        elif iblock:        # packed already (a cached window): _attr's append, inline
+            attr = len(tape._iattr) >> 3
+            tape._iattr += iblock
+        else:
+            attr = -1
+        values = tape._values
+        slot = len(values)
+        values.append(value)
+        tape._slot_rows += row
+        slot_of[out._id] = slot
+        tape._rows += _pack_row(prim.opcode, slot, s0, s1, -1, attr)
+        tape._records.append((prim, inputs, out, params))
+        tracked.add(out._id)
+    return out
+
+
+_new_object = object.__new__
 
 
 def _snapshots(inputs):

@@ -1,4 +1,5 @@
-"""The op registry: Primitive (forward, shape rule, Python VJP, opcode) and `emit`, which records on tapes.
+"""The op registry: Primitive (forward, shape rule, Python VJP, opcode), and `emit` (jitape.recording's), which
+records an op on tapes.
 
 Every primitive is defined next to its public function in a family module;
 composite ops (softmax, einsum, norm ...) are written in primitives and so
@@ -11,7 +12,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.opcodes import MAXRANK
 
-from ..recording import _state, recording_tapes
+from ..recording import emit, recording_tapes
 from ..tensor import Tensor, to_numpy
 from ..tracing import _traces, observe, observe_all
 
@@ -82,17 +83,6 @@ def reads_values(fn):
             observe_all(tuple(kwargs.values()), how)
         return fn(*args, **kwargs)
     return op
-
-
-def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
-    """Wrap `value` (already computed by prim.forward) and record it on every tape that tracks an input (each
-    tape checks the ranks of what it would record before recording anything: Recording._record)."""
-    out = Tensor(value)
-    tapes = _state.recording
-    if tapes:
-        for tape in tapes:
-            tape._record(prim, inputs, out, params, prim.opcode, iblock, fblock)
-    return out
 
 
 def emit_rows(prim, inputs, value, params, rows):

@@ -424,10 +424,13 @@ def _batched_gather(x, idx, axis, batch_dims):
 
 
 # -- indexing (Tensor.__getitem__) -----------------------------------------------------------
+_SLICE = builtins.slice     # one global read in the hot path (this module's `slice` is tf.slice)
+
+
 def getitem(x, key):
     """numpy indexing: ints, slices, Ellipsis, None, and one integer or boolean array index."""
     kind = type(key)
-    if kind is int or kind is builtins.slice or kind is tuple and _ints_and_slices(key) \
+    if kind is int or kind is _SLICE or kind is tuple and _ints_and_slices(key) \
             or isinstance(key, np.integer):
         # ints and slices (the common subscript): numpy's result (numpy raises its IndexError), recorded as
         # one SLICE
@@ -437,11 +440,14 @@ def getitem(x, key):
             value = np.ascontiguousarray(value)
         if not _state.recording or v.dtype.kind != "f":
             return Tensor(value)
-        if kind is builtins.slice:      # keyed by its resolved bounds: a dict lookup, no function call
-            bounds = (v.shape, key.indices(v.shape[0]))
+        # the commonest subscripts' cached windows looked up inline (a function call is a twentieth of the op)
+        shape = v.shape
+        if kind is _SLICE:      # keyed by its resolved bounds
+            bounds = (shape, key.indices(shape[0]))
             window = (_sliced_windows.get(bounds) or _sliced_window(bounds, key))[0]
         else:
-            window = _recorded_window(v.shape, key)
+            cached = _recorded_windows.get((shape, key)) if kind is int else None     # _recorded_window's key
+            window = cached[0] if cached is not None else _recorded_window(shape, key)
         if window is None:      # the whole of x
             return x
         params, iblock = window
