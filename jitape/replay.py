@@ -242,7 +242,7 @@ class Concrete:
         self.purpose_layouts = {}       # per bound purpose, the fused groups and places its replays run
         if fuse:
             self._run_code, self._offsets, self._steps[:, 0], self._fused, self._places, n_scratch = run_layout(
-                self.code, self.slots, self._steps[:, 0], self._step_code, self._live)
+                self.code, self.slots, self.iattr, self._steps[:, 0], self._step_code, self._live)
         else:
             self._run_code, self._offsets, n_scratch = self.code, self.slots[:, oc.OFFSET], 0
             self._fused = np.zeros(self.code.shape[0], np.int64)
@@ -357,8 +357,8 @@ class Concrete:
         if not self._fuses:
             # a differentiated variant keeps every value for its other uses; this purpose's replays need only
             # the outputs and what the gradient steps read: fused groups on the canonical layout
-            _, _, _, fused, places, n_scratch = run_layout(self.code, self.slots, steps[:, 0], step_code.copy(),
-                                                           self._live, elide_copies=False)
+            _, _, _, fused, places, n_scratch = run_layout(self.code, self.slots, self.iattr, steps[:, 0],
+                                                           step_code.copy(), self._live, elide_copies=False)
             scratch = np.empty(n_scratch * BLOCK, self.dtype)
         self.purpose_layouts[purpose] = fused, places
         self._replayers[device.name, purpose] = device.bind_replay(

@@ -2,11 +2,11 @@
 
 A replay that only computes outputs, guards and variable writes need not keep
 every value: a copy (COPY, STOP_GRADIENT) reads its input's arena rows instead
-of writing its own, and runs of elementwise rows over the same large size run
-as one fused group, block by block (interpreter.fused_forward), so a block's
-values stay in cache from the row that writes them to the rows that read them
-and the values nothing after the group reads live only in block-sized scratch
-buffers. The canonical layout (every slot's own rows) stays what derivatives,
+of writing its own, and runs of elementwise rows and broadcasts over the same
+large size run as one fused group, block by block (interpreter.fused_forward),
+so a block's values stay in cache from the row that writes them to the rows
+that read them and the values nothing after the group reads live only in
+block-sized scratch buffers. The canonical layout (every slot's own rows) stays what derivatives,
 tapes and saving see; this one is derived from it per traced variant.
 
 Host code shared by every backend, planned once per variant.
@@ -19,9 +19,10 @@ BLOCK = 8192            # entries per block of a fused group: a row's three oper
 FUSE_MIN_SIZE = 2 * BLOCK   # smaller groups gain nothing from blocks
 
 
-def _fusable(code, slots):
+def _fusable(code, slots, iattr):
     """Per row, whether it can join a fused group: an elementwise op (unary, binary, compare, where) whose
-    inputs have its size, or a TILE of one entry (a fill)."""
+    inputs have its size, or a TILE that broadcasts (every input axis 1 or the output's; of one entry, a fill),
+    which interpreter.fused_forward runs block by block."""
     op = code[:, oc.OP]
     size = slots[code[:, oc.OUT], oc.SIZE]
     elementwise = op <= oc.WHERE
@@ -29,17 +30,22 @@ def _fusable(code, slots):
     for c in (oc.IN0, oc.IN1, oc.IN2):
         present = code[:, c] >= 0
         same &= ~present | (slots[np.maximum(code[:, c], 0), oc.SIZE] == size)
-    fill = (op == oc.TILE) & (slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE] == 1)
-    return (elementwise & same | fill) & (size >= FUSE_MIN_SIZE)
+    broadcast = np.zeros(code.shape[0], np.bool_)
+    for r in np.flatnonzero(op == oc.TILE).tolist():   # attributes: rank, in_dims[rank], out_dims[rank]
+        a = code[r, oc.ATTR]
+        rank = iattr[a]
+        in_dims, out_dims = iattr[a + 1:a + 1 + rank], iattr[a + 1 + rank:a + 1 + 2 * rank]
+        broadcast[r] = bool(np.all((in_dims == 1) | (in_dims == out_dims)))
+    return (elementwise & same | broadcast) & (size >= FUSE_MIN_SIZE)
 
 
-def run_layout(code, slots, positions, step_code, live, elide_copies=True):
-    """(run code, slot offsets, positions, fused, places, scratch buffers) for replaying `code` (rows with
-    gradient steps before the rows `positions` name, whose derivative rows are `step_code`) when only the
-    slots marked in `live` (outputs, guards, writes) and the values the steps' derivative rules read
-    (opcodes.FIRST_ORDER_READS) must hold their values afterwards. Without elide_copies the copies stay and
-    every slot keeps its own rows (the canonical offsets: a layout for one purpose of a variant whose other
-    uses read the canonical one).
+def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True):
+    """(run code, slot offsets, positions, fused, places, scratch buffers) for replaying `code` (over `slots`
+    and `iattr`; rows with gradient steps before the rows `positions` name, whose derivative rows are
+    `step_code`) when only the slots marked in `live` (outputs, guards, writes) and the values the steps'
+    derivative rules read (opcodes.FIRST_ORDER_READS) must hold their values afterwards. Without elide_copies
+    the copies stay and every slot keeps its own rows (the canonical offsets: a layout for one purpose of a
+    variant whose other uses read the canonical one).
 
     run code   code without the copies, reading the slot a copy copied where it read the copy; its offset
                columns (and step_code's, rewritten in place) hold `offsets`
@@ -66,7 +72,7 @@ def run_layout(code, slots, positions, step_code, live, elide_copies=True):
     n = run.shape[0]
     fused = np.zeros(n, np.int64)
     places = np.full((n, 4), -1, np.int64)
-    fusable = _fusable(run, slots)
+    fusable = _fusable(run, slots, iattr)
     size = slots[run[:, oc.OUT], oc.SIZE]
     # a group ends where fusable rows of one size end, and at every gradient step (it reads the values before)
     starts = fusable & ~(np.concatenate([[False], fusable[:-1] & (size[1:] == size[:-1])]) if n else fusable)

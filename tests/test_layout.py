@@ -1,6 +1,6 @@
 """The run layout of plain replays (jitape_kernels.layout): copies read their input's rows, elementwise runs of
-one large size run as fused groups block by block, and values read only inside a group never reach the arena;
-every replay equals the same function run eagerly."""
+one large size and the broadcasts into them run as fused groups block by block, and values read only inside a
+group never reach the arena; every replay equals the same function run eagerly."""
 import numpy as np
 import pytest
 
@@ -46,6 +46,42 @@ def test_a_fused_replay_equals_eager_on_sizes_around_the_blocks(n, dtype):
     assert np.any(concrete._fused) == (n >= FUSE_MIN_SIZE)
     ops = concrete._run_code[:, oc.OP]
     assert not np.any((ops == oc.COPY) | (ops == oc.STOP_GRADIENT))     # copies read their input's rows
+
+
+# (shape of the group's rows, shape broadcast into them): rows and columns crossing block boundaries, a middle axis
+# (runs carried across two axes), several axes of one entry, a scalar (a fill)
+BROADCASTS = [((3 * BLOCK + 7,), (1,)), ((1000, 37), (1, 37)), ((1000, 37), (1000, 1)), ((40, 25, 37), (40, 1, 37)),
+              ((9, 7, 5, 3, 97), (1, 7, 1, 3, 1)), ((7, 3, 3001), (7, 1, 3001)), ((2, BLOCK + 3), (2, 1))]
+
+
+@pytest.mark.parametrize("shape,small", BROADCASTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_broadcasts_run_in_fused_groups_and_equal_eager_bit_for_bit(shape, small, dtype):
+    rng = np.random.default_rng(len(shape))
+    x = jt.constant(rng.normal(size=shape).astype(dtype))
+    b = jt.constant(rng.normal(size=small).astype(dtype))
+
+    def f(x, b):       # arithmetic only: equal bits whatever computes it
+        return (x * 0.5 - b) * (x + b) + b * b
+
+    replayed = jt.function(f)
+    for _ in range(2):
+        np.testing.assert_array_equal(replayed(x, b).numpy(), f(x, b).numpy())
+    concrete = _only_variant(replayed)
+    grouped = {r for start in np.flatnonzero(concrete._fused).tolist() for r in range(start, concrete._fused[start])}
+    tiles = np.flatnonzero(concrete._run_code[:, oc.OP] == oc.TILE).tolist()
+    assert tiles and set(tiles) <= grouped
+
+
+def test_a_tile_that_repeats_more_than_single_entries_stays_out_of_groups():
+    x = jt.constant(np.arange(2 * FUSE_MIN_SIZE, dtype=np.float64))
+    b = jt.constant(np.array([1.0, 2.0]))
+    replayed = jt.function(lambda x, b: (x * 0.5 + jt.tile(b, [FUSE_MIN_SIZE])) * x)
+    np.testing.assert_array_equal(replayed(x, b).numpy(), replayed.python_function(x, b).numpy())
+    concrete = _only_variant(replayed)
+    (tile,) = np.flatnonzero(concrete._run_code[:, oc.OP] == oc.TILE)
+    assert np.any(concrete._fused)
+    assert not any(start <= tile < concrete._fused[start] for start in np.flatnonzero(concrete._fused))
 
 
 def test_values_read_only_inside_a_group_never_reach_the_arena():

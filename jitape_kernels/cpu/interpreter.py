@@ -14,7 +14,7 @@ from .elementwise import (_put, binary_forward, binary_partials, binary_reverse,
 from . import linalg, reduction
 from .linalg import inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward, solve_reverse
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
-from .shape import contiguous_run, mapped_forward, mapped_linear, moved_forward, moved_linear
+from .shape import broadcast_block, contiguous_run, mapped_forward, mapped_linear, moved_forward, moved_linear
 from .unowned import at_address, unowned
 from .workspace import new_work
 
@@ -142,16 +142,21 @@ def _operand(code, r, column, places, arena, scratch, start, stop):
 
 
 @njit(cache=True, error_model="numpy")
-def fused_forward(code, r0, r1, iattr, fattr, arena, places, scratch, size):
-    """Rows r0..r1-1 of a fused group (see jitape_kernels.layout): elementwise over `size` entries each (a TILE of
-    one entry is a fill), BLOCK entries at a time."""
+def fused_forward(code, r0, r1, slots, iattr, fattr, arena, places, scratch, size, work):
+    """Rows r0..r1-1 of a fused group (see jitape_kernels.layout): elementwise over `size` entries each, or a
+    broadcasting TILE (of one entry: a fill), BLOCK entries at a time."""
     for start in range(0, size, BLOCK):
         stop = min(start + BLOCK, size)
         for r in range(r0, r1):
             op = code[r, oc.OP]
             out = _operand(code, r, oc.OUT, places, arena, scratch, start, stop)
-            if op == oc.TILE:
-                out[:] = arena[code[r, oc.IN0_OFF]]
+            if op == oc.TILE:       # its input, smaller than the group's rows, is in the arena
+                i0 = code[r, oc.IN0_OFF]
+                n0 = slots[code[r, oc.IN0], oc.SIZE]
+                if n0 == 1:
+                    out[:] = arena[i0]
+                else:
+                    broadcast_block(iattr, code[r, oc.ATTR], arena[i0:i0 + n0], out, start, work)
                 continue
             x = _operand(code, r, oc.IN0, places, arena, scratch, start, stop)
             if op <= oc.UNARY_LAST:
@@ -174,7 +179,8 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
     r = r0
     while r < r1:
         if fused[r] > r:
-            fused_forward(code, r, fused[r], iattr, fattr, arena, places, scratch, slots[code[r, oc.OUT], oc.SIZE])
+            fused_forward(code, r, fused[r], slots, iattr, fattr, arena, places, scratch,
+                          slots[code[r, oc.OUT], oc.SIZE], work)
             r = fused[r]
             continue
         q = r + 1

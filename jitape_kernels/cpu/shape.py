@@ -197,6 +197,39 @@ def broadcast_axes(iattr, a, K, work):
 
 
 @njit(cache=True, error_model="numpy")
+def broadcast_block(iattr, a, x, out, start, work):
+    """Entries [start, start + out.size) of TILE a's broadcast of x (every input axis 1 or the output's:
+    broadcast_axes is not empty), a block of a fused group (jitape_kernels.layout): run by run along the last
+    collapsed axis, each a copy or a fill. Regions 0-3 of `work`."""
+    dims, steps = broadcast_axes(iattr, a, 1, work)
+    m = dims.size
+    index = region(work, 3, m)
+    rest = start
+    at = 0      # x's entry at `index`
+    for d in range(m - 1, -1, -1):
+        index[d] = rest % dims[d]
+        rest //= dims[d]
+        at += index[d] * steps[d]
+    run, step = dims[m - 1], steps[m - 1]
+    e = 0
+    while e < out.size:
+        count = min(run - index[m - 1], out.size - e)
+        if step == 0:
+            out[e:e + count] = x[at]
+        else:
+            out[e:e + count] = x[at:at + count]
+        e += count
+        index[m - 1] += count
+        at += count * step
+        d = m - 1
+        while d > 0 and index[d] == dims[d]:     # carry into the next run's index
+            at += steps[d - 1] - dims[d] * steps[d]
+            index[d] = 0
+            d -= 1
+            index[d] += 1
+
+
+@njit(cache=True, error_model="numpy")
 def _broadcast_walk(dims, steps, single, repeated, into_repeated, add, work):
     """Between a flat buffer and its broadcast over `dims` (broadcast_axes): repeated (+)= the broadcast of
     single (into_repeated; add: accumulate), else single += the sums over its repeats. Run by run along the last
