@@ -7,11 +7,13 @@ g / Hv elementwise, as the Hessian is block-diagonal with 2·count_j·I blocks).
 The squared distances are expanded, ||x||² - 2 x·cᵀ + ||c||² (one (n,d)×(d,k)
 matmul), the same formulation in every library. Rows: jitape eager (a
 persistent tape, then `gradient` and `hessian_vector_product` on it), the
-forward alone, `jt.grad` + `jt.hessian_vector_product` replays; TensorFlow
-nested tapes (outer `gradient` of the inner gradient with output_gradients=v);
-PyTorch double backward; JAX `jax.grad` + `jax.jvp` of it (forward over
-reverse); autograd `hessian_vector_product`; the numpy analytic result as the
-limit. Every row is checked against the numpy analytic gradient and Hv.
+forward alone, `jt.grad` + `jt.hessian_vector_product` replays, and the eager
+pair as one `jt.function` (one replay sharing the forward, as jax.jit of the
+pair); TensorFlow nested tapes (outer `gradient` of the inner gradient with
+output_gradients=v); PyTorch double backward; JAX `jax.grad` + `jax.jvp` of it
+(forward over reverse); autograd `hessian_vector_product`; the numpy analytic
+result as the limit. Every row is checked against the numpy analytic gradient
+and Hv.
 
 Run: python perf/w10_kmeans.py [--profile]
 """
@@ -65,13 +67,13 @@ def add_jitape(table, fwd, jt):
     def f(c, x):
         return cost(x, c, lambda a, b: jt.matmul(a, b, transpose_b=True), jt.reduce_sum, jt.reduce_min)
 
-    def pair():
+    def pair(c, x):
         with jt.GradientTape(persistent=True) as tape:
             tape.watch(c)
             y = f(c, x)
         return [tape.gradient(y, c), tape.hessian_vector_product(y, c, v)]
 
-    table.add("jitape eager", pair, note="persistent tape: record, gradient, hessian_vector_product")
+    table.add("jitape eager", lambda: pair(c, x), note="persistent tape: record, gradient, hessian_vector_product")
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(c)
         y = f(c, x)
@@ -80,6 +82,9 @@ def add_jitape(table, fwd, jt):
     grad, hvp = jt.grad(f), jt.hessian_vector_product(f)
     table.add("jitape jt.grad + jt.hessian_vector_product (replay)", lambda: [grad(c, x), hvp(v, c, x)],
               note="first call = traces; then replays")
+    replayed_pair = jt.function(pair)
+    table.add("jitape jt.function(eager's gradient + hvp)", lambda: replayed_pair(c, x),
+              note="as jax.jit(grad + jvp(grad)): one replay, the forward shared; first call = trace")
     fwd.add("jitape eager", lambda: f(c, x), note="no tape")
     forward = jt.function(f)  # c and x as arguments: a closed-over constant would fold
     fwd.add("jitape jt.function(forward)", lambda: forward(c, x), note="first call = trace; then replays")
