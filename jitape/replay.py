@@ -52,6 +52,13 @@ class _Trace(GradientTape):
         self.current = {}           # variable id -> (variable, tensor holding the value assigned in the trace)
         self.slot_guards = []       # (slot, expected value, how)
         self.variable_guards = {}   # id -> (variable, expected value, how): variables no instruction reads
+        self.kept_constants = []    # slots of broadcast constants, planned as sources so their broadcasts stay
+
+    def keep_constant(self, tensor):
+        """See tracing.broadcast_constant."""
+        if tensor._id not in self._tracked:
+            self.watch(tensor)
+            self.kept_constants.append(self._slot(tensor))
 
     def _connected(self, inputs):
         for t in inputs:            # every float variable read is an input, trainable or not
@@ -172,7 +179,7 @@ class Concrete:
                 writes.append([variable, np.array(tensor._value)])
         guards = [[slot, expected, how] for slot, expected, how in trace.slot_guards]     # expected: see below
         targets += [g[0] for g in guards]
-        sources = [s for _, s in arg_slots] + [s for _, s in var_inputs]
+        sources = [s for _, s in arg_slots] + [s for _, s in var_inputs] + trace.kept_constants
         rows = np.frombuffer(trace._rows, np.int64).reshape(-1, 6)
         slot_rows = np.frombuffer(trace._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(

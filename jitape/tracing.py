@@ -41,6 +41,13 @@ def observe_all(values, how):
             observe(v, how)
 
 
+def broadcast_constant(tensor):
+    """A constant `tensor` (no trace's input or instruction) is broadcast: traces keep it its own size, so the
+    broadcast stays an instruction rather than folding into a constant of the full size that every replay reads."""
+    for trace in _traces.active:
+        trace.keep_constant(tensor)
+
+
 def assigned(variable, value_tensor):
     """`variable` now holds the value of `value_tensor` (a recorded tensor or a constant)."""
     for trace in _traces.active:

@@ -267,6 +267,23 @@ def test_a_replayed_program_keeps_only_its_own_slots_and_attributes():
     np.testing.assert_allclose(f(jt.constant([0.2, 0.9, -3.0, 0.0])).numpy(), [0.4, 1.0, -1.0, 0.0])
 
 
+@pytest.mark.parametrize("name,op", [
+    ("a Python float", lambda x: jt.sqrt(x) + 1e-7),
+    ("a numpy scalar", lambda x: x * np.float32(3.0) - np.float32(0.5) * x),
+    ("a row", lambda x: jt.maximum(x, np.linspace(0.0, 1.0, 300, dtype=np.float32))),
+    ("a column, in where", lambda x: jt.where(x > 0.5, x, np.ones((200, 1), np.float32))),
+])
+def test_a_broadcast_constant_stays_its_own_size_in_a_replayed_program(name, op):
+    f = jt.function(op)
+    x = jt.constant(np.random.default_rng(1).uniform(0, 1, (200, 300)).astype(np.float32))
+    for _ in range(2):
+        np.testing.assert_array_equal(f(x).numpy(), op(x).numpy())
+    concrete = f.concrete(x)
+    produced = set(concrete.code[:, oc.OUT].tolist()) | {slot for _, slot in concrete.arg_slots}
+    constants = [s for s in range(concrete.slots.shape[0]) if s not in produced]
+    assert constants and all(concrete.slots[s, oc.SIZE] <= 300 for s in constants)   # never x's 60,000 entries
+
+
 def test_inner_gradients_of_a_differentiated_function_are_recorded():
     def inner_gradient(x):
         with jt.GradientTape() as tape:

@@ -14,6 +14,7 @@ from jitape_kernels import opcodes as oc
 
 from ..recording import _state, packed_attributes
 from ..tensor import VIEWS_FROM, Tensor
+from ..tracing import _traces, broadcast_constant
 from . import linalg as _linalg
 from . import reduction as _reduction
 from .core import Primitive, as_tensor, constant_value, emit, emit_rows, float_tensor, normalize_axis
@@ -170,6 +171,8 @@ def broadcast_to(input, shape, name=None):
         raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}")
     if x.dtype.kind not in "fb":       # bool: a recorded comparison broadcast as an instruction
         return Tensor(np.broadcast_to(x._value, shape))
+    if _traces.active and not x._is_variable and x.dtype.kind == "f":
+        broadcast_constant(x)
     in_dims = (1,) * (len(shape) - x.ndim) + x.shape
     return _emit_tile(x, in_dims, tuple(s if d == 1 else 1 for d, s in zip(in_dims, shape)),
                       _broadcast_np(x._value, shape))
