@@ -17,6 +17,7 @@ once per (sources, target) and reuse the filled arena.
 import functools
 import sys
 import warnings
+import weakref
 
 import numpy as np
 
@@ -247,9 +248,13 @@ class Concrete:
         live += [g[0] for g in self.slot_guards]
         self._live, self._fuses = np.array(live, np.int64), fuse
         self.purpose_layouts = {}       # per bound purpose, the fused groups and places its replays run
+        read_in = {id(variable): slot for variable, slot in self.variable_inputs}
+        written = {id(variable): slot for variable, slot in self.writes}
         if fuse:
+            in_place = [(read_in[key], slot) for key, slot in written.items()
+                        if key in read_in and not isinstance(slot, np.ndarray)]
             self._run_code, self._offsets, self._steps[:, 0], self._fused, self._places, n_scratch = run_layout(
-                self.code, self.slots, self.iattr, self._steps[:, 0], self._step_code, self._live)
+                self.code, self.slots, self.iattr, self._steps[:, 0], self._step_code, self._live, in_place=in_place)
         else:
             self._run_code, self._offsets, n_scratch = self.code, self.slots[:, oc.OFFSET], 0
             self._fused = np.zeros(self.code.shape[0], np.int64)
@@ -270,6 +275,15 @@ class Concrete:
         self._arg_spans = [(i, *self._bounds(slot), self.slots[slot, oc.RANK] == 0) for i, slot in self.arg_slots]
         self._variable_spans = [(variable, *self._bounds(slot), variable._value.ndim == 0)
                                 for variable, slot in self.variable_inputs]
+        # A plain replay's arena keeps the inputs it was given: a run skips the Tensors its last run copied (they
+        # are immutable) and the variables whose version is the one its last finish() saw, where no replay
+        # writes their rows or it writes their new values there (in place: see layout.run_layout).
+        self._reuses = fuse
+        self._reusable = [id(variable) not in written or not isinstance(written[id(variable)], np.ndarray)
+                          and self._bounds(written[id(variable)]) == self._bounds(slot)
+                          for variable, slot in self.variable_inputs]
+        self._last_args = [None] * len(self._arg_spans)     # weak references to the Tensors last copied
+        self._seen_versions = None
         # writes and outputs as finish() makes them: (variable, constant or None, start, stop, shape, dtype) and
         # (constant, start (-1: the constant is the output), stop, shape, dtype), dtype None where it is the
         # arena's (no conversion); a variable's shape and dtype never change
@@ -314,14 +328,24 @@ class Concrete:
         if self._holds is not None and not self._holds():
             return False
         arena = self.arena
-        for i, start, stop, scalar in self._arg_spans:
+        last_args = self._last_args
+        for k, (i, start, stop, scalar) in enumerate(self._arg_spans):
             leaf = leaves[i]
+            kept = self._reuses and type(leaf) is Tensor
+            if kept and last_args[k] is not None and last_args[k]() is leaf:
+                continue
+            last_args[k] = None
             value = leaf._value if isinstance(leaf, Tensor) else leaf
             if scalar:
                 arena[start] = value
             else:
                 arena[start:stop] = value.reshape(-1)
-        for variable, start, stop, scalar in self._variable_spans:
+            if kept:
+                last_args[k] = weakref.ref(leaf)
+        seen, self._seen_versions = self._seen_versions, None     # this run may write variables' rows
+        for k, (variable, start, stop, scalar) in enumerate(self._variable_spans):
+            if seen is not None and self._reusable[k] and variable._version == seen[k]:
+                continue
             if scalar:
                 arena[start] = variable._value
             else:
@@ -402,8 +426,12 @@ class Concrete:
                 variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
             elif not shape:         # 0-d: a numpy scalar, immutable, so never written in place
                 variable._value = arena[start] if dtype is None else dtype.type(arena[start])
-            elif not _overwrite(variable._value, arena, start, stop):
+            elif _overwrite(variable._value, arena, start, stop):
+                variable._version += 1      # changed in place
+            else:
                 variable._value = _entries(arena, start, stop, shape, dtype)
+        if self._reuses:        # the variables' values are in the arena until the next run writes it
+            self._seen_versions = [variable._version for variable, *_ in self._variable_spans]
         if self._single_output:
             constant, start, stop, shape, dtype = self._output_spans[0]
             return constant if start < 0 else Tensor(_entries(arena, start, stop, shape, dtype))

@@ -219,6 +219,9 @@ class Tensor:
     __str__ = __repr__
 
 
+_slot_value, _set_slot_value = Tensor._value.__get__, Tensor._value.__set__
+
+
 class Variable(Tensor):
     """A mutable tensor; trainable float variables are watched automatically by recording tapes.
 
@@ -227,15 +230,27 @@ class Variable(Tensor):
     >>> v.assign_add(1.0).numpy()
     np.float32(3.0)
     """
-    __slots__ = ("trainable", "name")
+    __slots__ = ("trainable", "name", "_version")
     _is_variable = True
 
     def __init__(self, initial_value, trainable=True, name=None, dtype=None):
         if callable(initial_value) and not isinstance(initial_value, Tensor):
             initial_value = initial_value()
+        self._version = 0
         super().__init__(to_numpy(initial_value, dtype))
         self.trainable = bool(trainable)
         self.name = name if name is not None else "Variable"
+
+    # Every change of the value counts: a replay finding a variable's version unchanged since its last call finds
+    # the value still in its arena (jitape.replay.Concrete.run)
+    @property
+    def _value(self):
+        return _slot_value(self)
+
+    @_value.setter
+    def _value(self, value):
+        _set_slot_value(self, value)
+        self._version += 1
 
     @property
     def _watchable(self):

@@ -39,13 +39,40 @@ def _fusable(code, slots, iattr):
     return (elementwise & same | broadcast) & (size >= FUSE_MIN_SIZE)
 
 
-def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True):
+def _in_place(run, root, offsets, slots, positions, step_code, live, pairs):
+    """Give each written variable's new value (pairs: (the slot it is read in at entry, the slot it is written
+    from)) the rows of the value it replaces, where nothing reads that value after the row writing the new one
+    (that row itself only as an elementwise op: entry by entry, each read before its write): a replay then
+    updates the variable in place in its arena, where the next call finds it (replay.Concrete.run)."""
+    live_roots = set(root[live].tolist())
+    step_reads = np.asarray(oc.FIRST_ORDER_READS, np.int64)[step_code[:, oc.OP]]
+    read_by_steps = set()
+    for c, bit in ((oc.OUT, oc.READ_OUT), (oc.IN0, oc.READ_IN0), (oc.IN1, oc.READ_IN1), (oc.IN2, oc.READ_IN2)):
+        read_by_steps.update(root[step_code[(step_code[:, c] >= 0) & (step_reads & bit != 0), c]].tolist())
+    last_step = int(np.max(positions)) if len(positions) else -1     # a step runs before the row at its position
+    producer = {slot: r for r, slot in enumerate(run[:, oc.OUT].tolist())}
+    taken = set()
+    for read, written in pairs:
+        old, new = int(root[read]), int(root[written])
+        r = producer.get(new)
+        if r is None or old == new or old in taken or new in taken or old in live_roots \
+                or slots[old, oc.SIZE] != slots[new, oc.SIZE] or old in read_by_steps and last_step > r:
+            continue
+        reads = np.flatnonzero((run[:, oc.IN0:oc.IN2 + 1] == old).any(axis=1))
+        if reads.size and (reads[-1] > r or reads[-1] == r and run[r, oc.OP] > oc.WHERE):
+            continue
+        offsets[root == new] = offsets[old]
+        taken.update((old, new))
+
+
+def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True, in_place=()):
     """(run code, slot offsets, positions, fused, places, scratch buffers) for replaying `code` (over `slots`
     and `iattr`; rows with gradient steps before the rows `positions` name, whose derivative rows are
     `step_code`) when only the slots marked in `live` (outputs, guards, writes) and the values the steps'
     derivative rules read (opcodes.FIRST_ORDER_READS) must hold their values afterwards. Without elide_copies
     the copies stay and every slot keeps its own rows (the canonical offsets: a layout for one purpose of a
-    variant whose other uses read the canonical one).
+    variant whose other uses read the canonical one). in_place: (slot read, slot written) of variables a
+    replay may update in their own rows (see _in_place).
 
     run code   code without the copies, reading the slot a copy copied where it read the copy; its offset
                columns (and step_code's, rewritten in place) hold `offsets`
@@ -67,6 +94,8 @@ def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True
         run[:, c] = np.where(run[:, c] >= 0, root[np.maximum(run[:, c], 0)], -1)
     before = np.concatenate([[0], np.cumsum(keep)])
     positions = before[np.asarray(positions, np.int64)]
+    if in_place:
+        _in_place(run, root, offsets, slots, positions, step_code, live, in_place)
     oc.fill_offset_columns(run, offsets)
     oc.fill_offset_columns(step_code, offsets)
     n = run.shape[0]

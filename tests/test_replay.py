@@ -397,3 +397,88 @@ def test_a_replay_writes_a_variable_in_place_only_when_nothing_else_sees_its_val
     value = id(v._value)
     f()
     assert id(v._value) == value and v.numpy().tolist() == [4.0] * 5      # no one held it: written in place
+
+
+def _rows_shared(concrete, variable):
+    """Whether the variant reads `variable` and writes its new value in the same arena rows (in place)."""
+    (read,) = [s for v, s in concrete.variable_inputs if v is variable]
+    (written,) = [s for v, s in concrete.writes if v is variable]
+    return concrete._bounds(read) == concrete._bounds(written)
+
+
+def test_a_replay_updates_variables_in_its_arena_and_reads_them_there_until_they_change():
+    """A training step's variables live in their replay's arena between calls: whatever changed a variable since
+    (an assignment, another function's replay, a replay stopped by a guard) is read again."""
+    v = jt.Variable(np.arange(6.0))
+    w = jt.Variable(np.ones(6))
+    step = jt.function(lambda: (v.assign(v * 0.5 + w), w.assign_add(v))[0])
+    other = jt.function(lambda: v.assign_sub(jt.ones(6)))
+    expected_v, expected_w = np.arange(6.0), np.ones(6)
+
+    def check(run):
+        nonlocal expected_v, expected_w
+        if run == "step":
+            expected_v = expected_v * 0.5 + expected_w
+            expected_w = expected_w + expected_v
+            step()
+        elif run == "other":
+            expected_v = expected_v - 1.0
+            other()
+        elif run == "assign":
+            expected_v = expected_v + 10.0
+            v.assign(v + 10.0)
+        np.testing.assert_array_equal(v.numpy(), expected_v)
+        np.testing.assert_array_equal(w.numpy(), expected_w)
+
+    for run in ["step", "step", "step", "other", "step", "assign", "step", "step", "other", "other", "step"]:
+        check(run)
+    concrete = step.concrete()
+    assert _rows_shared(concrete, v) and _rows_shared(concrete, w)
+    assert step.trace_count == 1 and other.trace_count == 1
+
+
+def test_a_variable_read_after_its_new_value_is_written_keeps_rows_of_its_own():
+    v = jt.Variable(np.arange(4.0))
+
+    def f():
+        before = jt.identity(v)         # a copy: it reads v's rows
+        v.assign(v + 1.0)
+        return before * 2.0             # read after the write: v cannot be updated in place
+
+    replayed = jt.function(f)
+    for expected in ([0.0, 2.0, 4.0, 6.0], [2.0, 4.0, 6.0, 8.0], [4.0, 6.0, 8.0, 10.0]):
+        np.testing.assert_array_equal(replayed().numpy(), expected)
+    assert not _rows_shared(replayed.concrete(), v)
+    np.testing.assert_array_equal(v.numpy(), [3.0, 4.0, 5.0, 6.0])
+
+
+def test_a_guard_that_stops_a_replay_leaves_no_stale_variable_in_its_arena():
+    """Guards are checked after the replay's rows ran: a replay stopped by one has updated v in its arena but
+    not v itself, and the next call of that variant (after another that leaves v alone) reads v again."""
+    v = jt.Variable(np.array([1.0, 2.0]))
+
+    @jt.function
+    def f(x):
+        if float(jt.reduce_sum(x)) > 0:
+            v.assign(v * 2.0)
+            return v + 0.0
+        return x * 1.0
+
+    assert f(jt.constant([1.0])).numpy().tolist() == [2.0, 4.0]
+    assert f(jt.constant([1.0])).numpy().tolist() == [4.0, 8.0]
+    assert f(jt.constant([-1.0])).numpy().tolist() == [-1.0]      # the first variant's guard stops it: a new trace
+    assert f(jt.constant([-1.0])).numpy().tolist() == [-1.0]
+    assert f(jt.constant([1.0])).numpy().tolist() == [8.0, 16.0]   # the first variant again: v read again
+    assert f.trace_count == 2 and v.numpy().tolist() == [8.0, 16.0]
+
+
+def test_an_argument_is_copied_again_unless_it_is_the_tensor_the_last_call_copied():
+    f = jt.function(lambda x: x * 2.0)
+    x = jt.constant(np.arange(3.0))
+    assert f(x).numpy().tolist() == f(x).numpy().tolist() == [0.0, 2.0, 4.0]
+    array = np.arange(3.0)
+    assert f(array).numpy().tolist() == [0.0, 2.0, 4.0]
+    array[:] = 5.0                      # numpy arrays are mutable: always copied
+    assert f(array).numpy().tolist() == [10.0] * 3
+    assert f(jt.constant(np.ones(3))).numpy().tolist() == [2.0] * 3
+    assert f(x).numpy().tolist() == [0.0, 2.0, 4.0]
