@@ -30,7 +30,7 @@ from . import backend as backends     # not `backend`: Function's argument of th
 from .program import Program, fill_arena
 from .recording import _state
 from .tape import GradientTape
-from .tensor import Tensor, Variable
+from .tensor import VIEWS_FROM, Tensor, Variable
 from .tracing import _traces
 
 
@@ -298,6 +298,8 @@ class Concrete:
         self._holds = self.variables_hold if self.variable_guards else None
         self._replayers = {}    # backend name (or (name, purpose): see bind_gradient) -> a replay bound to arrays
         self._gradient_rows = {}    # purpose -> (its adjoint buffer, (adjoint row, size, dtype) per source)
+        self._bindings = {}         # purpose -> (backend, its replay's arrays, the adjoint's place None)
+        self._unlent = {}           # purpose -> the references to its adjoint buffer when no gradient is lent
         self.ran = None
         self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
 
@@ -354,6 +356,11 @@ class Concrete:
         if purpose is not None:
             replay = self._replayers.get((name, purpose))
             if replay is not None:
+                if self._references(purpose) != self._unlent[purpose]:
+                    # a gradient lent from the buffer lives (see gradients): this run takes a fresh one
+                    adjoint, rows = self._gradient_rows[purpose]
+                    self._bind(purpose, np.empty_like(adjoint), rows)
+                    replay = self._replayers[name, purpose]
                 self.ran = purpose
                 return replay()
         replay = self._replayers.get(name)
@@ -381,7 +388,7 @@ class Concrete:
         step = [self.code.shape[0], n_code, n_code + program.code.shape[0], program.adjoint_rows[target],
                 self.slots[target, oc.SIZE], n_moves, n_moves + len(sources), target]
         moves = [[row, self.slots[s, oc.SIZE] if row >= 0 else 0, -1, max(s, 0)] for row, s in zip(rows, sources)]
-        adjoint = np.empty((max(self._adjoint.shape[0], program.adjoint_size), columns), self.dtype)
+        adjoint_shape = (max(self._adjoint.shape[0], program.adjoint_size), columns)
         device = backends.current(backend_name)
         steps, step_code = np.vstack([self._steps, [step]]), np.vstack([self._step_code, program.code])
         fused, places, scratch = self._fused, self._places, self._scratch
@@ -392,13 +399,30 @@ class Concrete:
                                                            step_code.copy(), self._live, elide_copies=False)
             scratch = np.empty(n_scratch * BLOCK, self.dtype)
         self.purpose_layouts[purpose] = fused, places
-        self._replayers[device.name, purpose] = device.bind_replay(
-            self._run_code, self.slots, self.iattr, self.fattr, self.arena, steps, step_code,
-            np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]), adjoint, self._guards,
-            self._expected, fused, places, scratch,
-            device.replay_temps(self._run_code, step_code, self.iattr, columns, self.dtype))
-        self._gradient_rows[purpose] = (adjoint, [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
-                                                  for row, s, dtype in zip(rows, sources, dtypes)])
+        self._bindings[purpose] = (device, [self._run_code, self.slots, self.iattr, self.fattr, self.arena, steps,
+                                            step_code, np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]),
+                                            None, self._guards, self._expected, fused, places, scratch,
+                                            device.replay_temps(self._run_code, step_code, self.iattr, columns,
+                                                                self.dtype)])
+        # a new buffer no local name holds: _bind counts its references
+        self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
+                                                                  for row, s, dtype in zip(rows, sources, dtypes)])
+
+    def _bind(self, purpose, adjoint, rows):
+        """Bind `purpose`'s replay (see bind_gradient) to `adjoint`, its gradients' buffer."""
+        device, arrays = self._bindings[purpose]
+        arrays[_ADJOINT] = adjoint
+        self._replayers[device.name, purpose] = device.bind_replay(*arrays)
+        arrays[_ADJOINT] = None
+        self._gradient_rows[purpose] = (adjoint, rows)
+        del adjoint
+        self._unlent[purpose] = self._references(purpose)
+
+    def _references(self, purpose):
+        """The references to `purpose`'s adjoint buffer, counted as run() counts them: more than when it was bound
+        while a gradient lent from it lives."""
+        adjoint = self._gradient_rows[purpose][0]
+        return sys.getrefcount(adjoint)
 
     def gradients(self, purpose):
         """What the last run took as `purpose` (see bind_gradient): per source, a new [columns, size] array of
@@ -406,6 +430,7 @@ class Concrete:
         adjoint, rows = self._gradient_rows[purpose]
         one_column = adjoint.shape[1] == 1
         return [None if row < 0 else dtype.type(adjoint[row, 0]) if one_column and size == 1
+                else _lent(adjoint[row:row + size, 0]) if one_column and size >= VIEWS_FROM and dtype == self.dtype
                 else adjoint[row:row + size].T.astype(dtype) for row, size, dtype in rows]
 
     def failed_guard(self):
@@ -454,6 +479,16 @@ class Concrete:
                 code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
                 np.array(targets, np.int64), np.array(sources, np.int64), tuple(np.zeros(0, np.int64) for _ in sources))
         return program
+
+
+def _lent(view):
+    """A large gradient as a read-only view of its replay's adjoint buffer, not a copy: while it lives, the
+    replay takes a fresh buffer (Concrete.run counts the buffer's references)."""
+    view.flags.writeable = False
+    return view
+
+
+_ADJOINT = 8        # the adjoint buffer's place among replay_sweep's arrays
 
 
 def _entries(arena, start, stop, shape, dtype):

@@ -193,3 +193,28 @@ def test_jacobians_on_every_call_in_the_replay_call_when_one_reverse_sweep(monke
             np.testing.assert_allclose(found[2].numpy(), tape.jacobian(y, w).numpy(), rtol=1e-12)
             np.testing.assert_array_equal(found[1].numpy(), np.zeros((n_out, 1)))
     assert (len(taken) >= 3) == (argnums != 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_large_replayed_gradients_are_read_only_views_that_keep_their_values(dtype):
+    """A jt.grad replay lends its large gradients from its adjoint buffer (no copy); while one lives, later calls
+    take a fresh buffer, so every gradient keeps the values it was returned with. Small ones are copies."""
+    from jitape.tensor import VIEWS_FROM
+    n = VIEWS_FROM + 5
+    rng = np.random.default_rng(4)
+    inputs = [jt.constant(rng.standard_normal(n).astype(dtype)) for _ in range(4)]
+    expected = [np.exp(x.numpy() - x.numpy().max()) / np.sum(np.exp(x.numpy() - x.numpy().max())) for x in inputs]
+    g = jt.grad(lambda v, w: jt.reduce_logsumexp(v) + jt.reduce_sum(w * w))
+    small = jt.constant(np.arange(3.0, dtype=dtype))
+    results = [g(x, small) for x in inputs] + [g(inputs[0], small)]     # from the second call on: lent
+    held = results[1:3]
+    del results
+    again = [g(x, small) for x in inputs[1:3]]
+    for got, x, want in zip(held + again, inputs[1:3] * 2, expected[1:3] * 2):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5 if dtype == "float32" else 1e-12)
+    assert not held[0]._value.flags.writeable and held[0]._value.base is not None
+    both = jt.grad(lambda v, w: jt.reduce_logsumexp(v) + jt.reduce_sum(w * w), argnums=(0, 1))
+    for _ in range(3):
+        large, tiny = both(inputs[0], small)
+    assert not large._value.flags.writeable and tiny._value.flags.writeable      # a view, and a copy of its own
+    assert tiny.numpy().tolist() == [0.0, 2.0, 4.0] and not np.shares_memory(large._value, tiny._value)
