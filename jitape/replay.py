@@ -399,11 +399,11 @@ class Concrete:
                                                            step_code.copy(), self._live, elide_copies=False)
             scratch = np.empty(n_scratch * BLOCK, self.dtype)
         self.purpose_layouts[purpose] = fused, places
+        moves = np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)])
         self._bindings[purpose] = (device, [self._run_code, self.slots, self.iattr, self.fattr, self.arena, steps,
-                                            step_code, np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)]),
-                                            None, self._guards, self._expected, fused, places, scratch,
-                                            device.replay_temps(self._run_code, step_code, self.iattr, columns,
-                                                                self.dtype)])
+                                            step_code, moves, None, self._guards, self._expected, fused, places,
+                                            scratch, device.replay_temps(self._run_code, step_code, self.iattr,
+                                                                         columns, self.dtype)])
         # a new buffer no local name holds: _bind counts its references
         self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                                   for row, s, dtype in zip(rows, sources, dtypes)])
@@ -426,7 +426,9 @@ class Concrete:
 
     def gradients(self, purpose):
         """What the last run took as `purpose` (see bind_gradient): per source, a new [columns, size] array of
-        its dtype, a numpy scalar for one column of one entry (None: the source is unreached)."""
+        its dtype, a numpy scalar for one column of one entry, a read-only [size] view of the adjoint buffer for
+        one column of at least VIEWS_FROM entries in the arena's dtype (lent: see run), None where the source is
+        unreached."""
         adjoint, rows = self._gradient_rows[purpose]
         one_column = adjoint.shape[1] == 1
         return [None if row < 0 else dtype.type(adjoint[row, 0]) if one_column and size == 1
