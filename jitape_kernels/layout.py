@@ -6,8 +6,10 @@ of writing its own, and runs of elementwise rows and broadcasts over the same
 large size run as one fused group, block by block (interpreter.fused_forward),
 so a block's values stay in cache from the row that writes them to the rows
 that read them and the values nothing after the group reads live only in
-block-sized scratch buffers. The canonical layout (every slot's own rows) stays what derivatives,
-tapes and saving see; this one is derived from it per traced variant.
+block-sized scratch buffers. A variable's new value may take the rows of the
+value it replaces (_in_place). The canonical layout (every slot's own rows)
+stays what derivatives, tapes and saving see; this one is derived from it per
+traced variant.
 
 Host code shared by every backend, planned once per variant.
 """
