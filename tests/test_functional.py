@@ -218,3 +218,29 @@ def test_large_replayed_gradients_are_read_only_views_that_keep_their_values(dty
         large, tiny = both(inputs[0], small)
     assert not large._value.flags.writeable and tiny._value.flags.writeable      # a view, and a copy of its own
     assert tiny.numpy().tolist() == [0.0, 2.0, 4.0] and not np.shares_memory(large._value, tiny._value)
+
+
+def test_a_replay_whose_lent_gradients_are_dropped_keeps_its_buffer():
+    """Counting the buffer's references finds no lent gradient alive in a loop that drops them: no new buffer per
+    call (a weak reference to the buffer, which counts for nothing, tells)."""
+    import weakref
+    from jitape.tensor import VIEWS_FROM
+    f = replay_module.Function(lambda v: jt.reduce_logsumexp(v), differentiated=True)
+    g = jt.grad(f)
+    x = jt.constant(np.linspace(-1.0, 1.0, VIEWS_FROM + 1))
+    g(x)
+    g(x)
+    (concrete,) = [c for variants in f._variants.values() for c in variants]
+
+    def buffer():
+        (entry,) = concrete._gradient_rows.values()
+        return weakref.ref(entry[0])
+
+    bound = buffer()
+    for _ in range(3):
+        g(x)
+    assert buffer()() is bound() is not None
+    kept = g(x)
+    g(x)
+    assert bound() is not None and buffer()() is not bound()      # kept lives on in the first buffer
+    np.testing.assert_allclose(kept.numpy(), np.exp(x.numpy()) / np.sum(np.exp(x.numpy())), rtol=1e-12)
