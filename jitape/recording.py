@@ -194,7 +194,7 @@ class Recording:
     def _add_row(self, opcode, out, in0, in1, in2, attr):
         self._rows += _pack_row(opcode, out, in0, in1, in2, attr)
 
-    def _record_first_reads(self, prim, inputs, out, params, opcode, iblock, fblock):
+    def _record_first_reads(self, prim, inputs, out, params, iblock, fblock):
         """emit's recording where an input has no slot yet (a constant, or a watched tensor's first use) or is a
         variable, or where an op has no inputs or three."""
         tracked = self._tracked
@@ -222,7 +222,7 @@ class Recording:
                 slot = self._slot_of.get(t._id)
                 ins[i] = self._new_slot(t) if slot is None else slot
         attr = self._attr(iblock, fblock) if iblock or fblock else -1
-        self._rows += _pack_row(opcode, self._new_slot(out), ins[0], ins[1], ins[2], attr)
+        self._rows += _pack_row(prim.opcode, self._new_slot(out), ins[0], ins[1], ins[2], attr)
         self._records.append((prim, _snapshots(inputs) if reads_variable else inputs, out, params))
         tracked.add(out._id)
 
@@ -280,7 +280,7 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
                 connected = connected or t._id in tracked
         if s0 is None or s1 is None:
             if n:
-                tape._record_first_reads(prim, inputs, out, params, prim.opcode, iblock, fblock)
+                tape._record_first_reads(prim, inputs, out, params, iblock, fblock)
             continue
         if not connected:
             continue

@@ -9,7 +9,7 @@ import numpy as np
 
 from jitape_kernels import opcodes as oc
 
-from ..tensor import Tensor
+from ..tensor import _FLOATS, Tensor
 from ..tracing import _traces, observe_all
 from . import shape as _shape
 from .core import (Primitive, as_tensor, broadcast_shapes, composite, constant_value, emit, float_tensor,
@@ -243,7 +243,7 @@ def _binary_shape(shapes, params):
     return sa
 
 
-_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+_FLOAT32, _FLOAT64 = _FLOATS
 
 
 def _binary(name, opcode, forward, vjp):
