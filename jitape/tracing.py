@@ -42,8 +42,9 @@ def observe_all(values, how):
 
 
 def broadcast_constant(tensor):
-    """A constant `tensor` (no trace's input or instruction) is broadcast: traces keep it its own size, so the
-    broadcast stays an instruction rather than folding into a constant of the full size that every replay reads."""
+    """A constant `tensor` (no trace's input or instruction) is broadcast or tiled: traces keep it its own size,
+    so the TILE stays an instruction rather than folding into a constant of the full size that every replay
+    reads."""
     for trace in _traces.active:
         trace.keep_constant(tensor)
 

@@ -272,6 +272,7 @@ def test_a_replayed_program_keeps_only_its_own_slots_and_attributes():
     ("a numpy scalar", lambda x: x * np.float32(3.0) - np.float32(0.5) * x),
     ("a row", lambda x: jt.maximum(x, np.linspace(0.0, 1.0, 300, dtype=np.float32))),
     ("a column, in where", lambda x: jt.where(x > 0.5, x, np.ones((200, 1), np.float32))),
+    ("a tiled row", lambda x: x * jt.tile(jt.constant(np.linspace(0.0, 1.0, 30, dtype=np.float32)[None]), [200, 10])),
 ])
 def test_a_broadcast_constant_stays_its_own_size_in_a_replayed_program(name, op):
     f = jt.function(op)

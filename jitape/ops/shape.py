@@ -147,6 +147,8 @@ _tile = Primitive("tile", oc.TILE, _tile_np, lambda shapes, p: _tile_shape(shape
 
 
 def _emit_tile(x, in_dims, reps, value):
+    if _traces.active and not x._is_variable and x.dtype.kind == "f":
+        broadcast_constant(x)       # a trace keeps a repeated constant its own size (tracing.broadcast_constant)
     return emit(_tile, (x,), value, (in_dims, reps), (len(in_dims),) + in_dims + value.shape)
 
 
@@ -171,8 +173,6 @@ def broadcast_to(input, shape, name=None):
         raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}")
     if x.dtype.kind not in "fb":       # bool: a recorded comparison broadcast as an instruction
         return Tensor(np.broadcast_to(x._value, shape))
-    if _traces.active and not x._is_variable and x.dtype.kind == "f":
-        broadcast_constant(x)
     in_dims = (1,) * (len(shape) - x.ndim) + x.shape
     return _emit_tile(x, in_dims, tuple(s if d == 1 else 1 for d, s in zip(in_dims, shape)),
                       _broadcast_np(x._value, shape))
