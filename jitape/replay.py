@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.layout import BLOCK, run_layout
+from jitape_kernels.layout import BLOCK, reverse_groups, run_layout
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest
@@ -259,10 +259,12 @@ class Concrete:
             self._run_code, self._offsets, n_scratch = self.code, self.slots[:, oc.OFFSET], 0
             self._fused = np.zeros(self.code.shape[0], np.int64)
             self._places = np.full((self.code.shape[0], 4), -1, np.int64)
-        self._scratch = np.empty(n_scratch * BLOCK, self.dtype)
         for move in moves:          # the gradient slot -> its arena offset
             move[2] = self._offsets[move[2]]
         self._moves = np.array(moves, np.int64).reshape(-1, 4)
+        self._step_groups, self._step_places, n_reverse = reverse_groups(self._step_code, self._steps, self.slots,
+                                                                         self._moves)
+        self._scratch = np.empty(max(n_scratch, n_reverse) * BLOCK, self.dtype)     # the two kinds run apart
         self._adjoint = np.empty((n_adjoint, 1), self.dtype)
         guards, n_expected = [], 0
         for slot, expected, _ in self.slot_guards:
@@ -275,9 +277,10 @@ class Concrete:
         self._arg_spans = [(i, *self._bounds(slot), self.slots[slot, oc.RANK] == 0) for i, slot in self.arg_slots]
         self._variable_spans = [(variable, *self._bounds(slot), variable._value.ndim == 0)
                                 for variable, slot in self.variable_inputs]
-        # A plain replay's arena keeps the inputs it was given: a run skips the Tensors its last run copied (they
-        # are immutable) and the variables whose version is the one its last finish() saw, where no replay
-        # writes their rows or it writes their new values there (in place: see layout.run_layout).
+        # A replay's arena keeps the inputs it was given (only run() writes argument rows): a run skips the
+        # Tensors its last run copied (they are immutable), and a plain replay the variables whose version is the
+        # one its last finish() saw, where no replay writes their rows or it writes their new values there (in
+        # place: see layout.run_layout).
         self._reuses = fuse
         self._reusable = [id(variable) not in written or not isinstance(written[id(variable)], np.ndarray)
                           and self._bounds(written[id(variable)]) == self._bounds(slot)
@@ -333,7 +336,7 @@ class Concrete:
         last_args = self._last_args
         for k, (i, start, stop, scalar) in enumerate(self._arg_spans):
             leaf = leaves[i]
-            kept = self._reuses and type(leaf) is Tensor
+            kept = type(leaf) is Tensor
             if kept and last_args[k] is not None and last_args[k]() is leaf:
                 continue
             last_args[k] = None
@@ -372,7 +375,8 @@ class Concrete:
         replay = self._replayers[device.name] = device.bind_replay(
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
             self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch,
-            device.replay_temps(self._run_code, self._step_code, self.iattr, 1, self.dtype))
+            device.replay_temps(self._run_code, self._step_code, self.iattr, 1, self.dtype), self._step_groups,
+            self._step_places)
         return replay
 
     def bind_gradient(self, purpose, target, sources, dtypes, backend_name=None, columns=1):
@@ -391,19 +395,21 @@ class Concrete:
         adjoint_shape = (max(self._adjoint.shape[0], program.adjoint_size), columns)
         device = backends.current(backend_name)
         steps, step_code = np.vstack([self._steps, [step]]), np.vstack([self._step_code, program.code])
-        fused, places, scratch = self._fused, self._places, self._scratch
+        fused, places, n_scratch = self._fused, self._places, self._scratch.size // BLOCK
         if not self._fuses:
             # a differentiated variant keeps every value for its other uses; this purpose's replays need only
             # the outputs and what the gradient steps read: fused groups on the canonical layout
             _, _, _, fused, places, n_scratch = run_layout(self.code, self.slots, self.iattr, steps[:, 0],
                                                            step_code.copy(), self._live, elide_copies=False)
-            scratch = np.empty(n_scratch * BLOCK, self.dtype)
         self.purpose_layouts[purpose] = fused, places
         moves = np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)])
+        step_groups, step_places, n_reverse = reverse_groups(step_code, steps, self.slots, moves)
+        scratch = np.empty(max(n_scratch, n_reverse) * BLOCK, self.dtype)
         self._bindings[purpose] = (device, [self._run_code, self.slots, self.iattr, self.fattr, self.arena, steps,
                                             step_code, moves, None, self._guards, self._expected, fused, places,
                                             scratch, device.replay_temps(self._run_code, step_code, self.iattr,
-                                                                         columns, self.dtype)])
+                                                                         columns, self.dtype), step_groups,
+                                            step_places])
         # a new buffer no local name holds: _bind counts its references
         self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                                   for row, s, dtype in zip(rows, sources, dtypes)])

@@ -142,3 +142,80 @@ def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True
                     free.append(place.pop(s))
         n_scratch = max(n_scratch, used)
     return run, offsets, positions, fused, places, n_scratch
+
+
+def _reverse_fusable(code, slots):
+    """Per derivative row, the size its fused reverse group runs over, or 0 where it cannot join one: an
+    elementwise row (unary, binary, where) whose inputs have its size, or a SUM (its cotangent a broadcast of the
+    reduced one's), of at least FUSE_MIN_SIZE entries."""
+    op = code[:, oc.OP]
+    size = slots[code[:, oc.OUT], oc.SIZE]
+    elementwise = (op < oc.COMPARE_FIRST) | (op == oc.WHERE)      # compares carry no cotangent
+    for c in (oc.IN0, oc.IN1, oc.IN2):
+        present = code[:, c] >= 0
+        elementwise &= ~present | (slots[np.maximum(code[:, c], 0), oc.SIZE] == size)
+    reduced = (op == oc.SUM) & (slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE] > size)
+    size = np.where(reduced, slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE], size)
+    return np.where((elementwise | reduced) & (size >= FUSE_MIN_SIZE), size, 0)
+
+
+def reverse_groups(step_code, steps, slots, moves):
+    """(groups, places, scratch buffers) for the reverse sweeps of gradient steps with one column
+    (interpreter.fused_reverse): runs of consecutive derivative rows of one step that _reverse_fusable gives one
+    size run as one group, block by block, so a block's cotangents stay in cache from the row that writes them
+    to the row that reads them, and a cotangent only the group writes and reads lives in a block-sized scratch
+    buffer, never in the adjoint buffer.
+
+    steps, moves   replay_sweep's (the seeded target of step s: steps[s, 7]; its sources: moves' column 3)
+    groups         per step_code row r: the rows of the group whose first row (in sweep order) is r, else 0
+    places         per row [5]: the scratch buffer of the cotangent of its output and inputs (-1: adjoint rows),
+                   and a column the sweep fills with the row's flags (see fused_reverse)
+    """
+    n = step_code.shape[0]
+    groups = np.zeros(n, np.int64)
+    places = np.full((n, 5), -1, np.int64)
+    group_size = _reverse_fusable(step_code, slots)
+    n_scratch = 0
+    for s in range(steps.shape[0]):
+        lo, hi = int(steps[s, 1]), int(steps[s, 2])
+        rows = step_code[lo:hi]
+        # the rows (of this step) that write each slot's cotangent: a reader of the slot whose input is active
+        writers = {}
+        for c in (oc.IN0, oc.IN1, oc.IN2):
+            for r in np.flatnonzero((rows[:, c] >= 0) & (rows[:, c + oc.IN0_ADJ - oc.IN0] >= 0)).tolist():
+                writers.setdefault(int(rows[r, c]), []).append(lo + r)
+        kept = {int(steps[s, 7])} | set(moves[steps[s, 5]:steps[s, 6], 3].tolist())
+        top = hi - 1
+        while top >= lo:
+            bottom = top
+            while bottom > lo and group_size[top] and group_size[bottom - 1] == group_size[top]:
+                bottom -= 1
+            if top > bottom:
+                groups[top] = top - bottom + 1
+                n_scratch = max(n_scratch, _reverse_places(step_code, bottom, top, writers, kept, places))
+            top = bottom - 1
+    return groups, places, n_scratch
+
+
+def _reverse_places(code, bottom, top, writers, kept, places):
+    """Scratch buffers for the cotangents group rows top..bottom write and read, none of them written outside the
+    group or read after it (kept: the seeded target and the sources); the number of buffers used."""
+    produced = {int(code[r, oc.OUT]): r for r in range(bottom, top + 1)}
+    inner = {s for s, r in produced.items()
+             if s not in kept and s in writers and all(bottom <= w <= top for w in writers[s])}
+    place, free, used = {}, [], 0
+    for r in range(top, bottom - 1, -1):
+        for c in (oc.IN0, oc.IN1, oc.IN2):
+            s = int(code[r, c])
+            if s in inner and code[r, c + oc.IN0_ADJ - oc.IN0] >= 0:
+                if s not in place:      # its first write: a buffer the row's output cotangent never holds
+                    if not free:
+                        free.append(used)
+                        used += 1
+                    place[s] = free.pop()
+                places[r, c - oc.OUT] = place[s]
+        out = int(code[r, oc.OUT])
+        if out in place:            # read by its producer, last: the buffer is free after this row
+            places[r, 0] = place[out]
+            free.append(place.pop(out))
+    return used

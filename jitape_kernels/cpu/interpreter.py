@@ -131,13 +131,20 @@ def _forward_row(code, r, slots, iattr, fattr, arena, work, temps):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _operand(code, r, column, places, arena, scratch, start, stop):
-    """Entries [start, stop) of the operand in `column` (OUT, IN0..IN2) of fused row r: its arena rows, or the
-    scratch buffer planned for it."""
+def _entries(code, r, column, rows, start, stop):
+    """Entries [start, stop) of the rows at row r's offset in `column`."""
+    offset = code[r, column]
+    return rows[offset + start:offset + stop]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _operand(code, r, column, base, places, rows, scratch, start, stop):
+    """Entries [start, stop) of the operand in `column` (OUT, IN0..IN2) of fused row r: its `rows` (base OUT_OFF:
+    the arena's, OUT_ADJ: a flat K = 1 adjoint's) at the row's offset in the column `base` names, or the scratch
+    buffer planned for it."""
     p = places[r, column - oc.OUT]
     if p < 0:
-        offset = code[r, column + oc.OUT_OFF - oc.OUT]
-        return arena[offset + start:offset + stop]
+        return _entries(code, r, column + base - oc.OUT, rows, start, stop)
     return scratch[p * BLOCK:p * BLOCK + stop - start]
 
 
@@ -149,7 +156,7 @@ def fused_forward(code, r0, r1, slots, iattr, fattr, arena, places, scratch, siz
         stop = min(start + BLOCK, size)
         for r in range(r0, r1):
             op = code[r, oc.OP]
-            out = _operand(code, r, oc.OUT, places, arena, scratch, start, stop)
+            out = _operand(code, r, oc.OUT, oc.OUT_OFF, places, arena, scratch, start, stop)
             if op == oc.TILE:       # its input, smaller than the group's rows, is in the arena
                 i0 = code[r, oc.IN0_OFF]
                 n0 = slots[code[r, oc.IN0], oc.SIZE]
@@ -158,15 +165,15 @@ def fused_forward(code, r0, r1, slots, iattr, fattr, arena, places, scratch, siz
                 else:
                     broadcast_block(iattr, code[r, oc.ATTR], arena[i0:i0 + n0], out, start, work)
                 continue
-            x = _operand(code, r, oc.IN0, places, arena, scratch, start, stop)
+            x = _operand(code, r, oc.IN0, oc.OUT_OFF, places, arena, scratch, start, stop)
             if op <= oc.UNARY_LAST:
                 p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
                 unary_forward(op, x, out, p0, p1)
             elif op <= oc.BINARY_LAST:
-                binary_forward(op, x, _operand(code, r, oc.IN1, places, arena, scratch, start, stop), out)
+                binary_forward(op, x, _operand(code, r, oc.IN1, oc.OUT_OFF, places, arena, scratch, start, stop), out)
             else:
-                where_forward(x, _operand(code, r, oc.IN1, places, arena, scratch, start, stop),
-                              _operand(code, r, oc.IN2, places, arena, scratch, start, stop), out)
+                where_forward(x, _operand(code, r, oc.IN1, oc.OUT_OFF, places, arena, scratch, start, stop),
+                              _operand(code, r, oc.IN2, oc.OUT_OFF, places, arena, scratch, start, stop), out)
 
 
 @njit(cache=True, error_model="numpy")
@@ -302,15 +309,19 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, tem
     Rows whose output is inactive were pruned at lowering; an inactive input
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
-    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes)
+    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes,
+                  np.zeros(0, np.int64), np.zeros((0, 5), np.int64), arena[:0])
 
 
 @njit(cache=True, error_model="numpy")
-def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes):
-    """reverse_sweep with a workspace (jitape_kernels.cpu.workspace)."""
-    code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes = (
+def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, groups, places, scratch):
+    """reverse_sweep with a workspace (jitape_kernels.cpu.workspace); with one column, the fused reverse groups
+    that `groups` marks (groups[r] > 1: rows r down to r - groups[r] + 1; empty: none) run by fused_reverse over
+    `places` and `scratch`."""
+    code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, groups, places, scratch = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
-        unowned(written), unowned(work), unowned(temps), unowned(homes))
+        unowned(written), unowned(work), unowned(temps), unowned(homes), unowned(groups), unowned(places),
+        unowned(scratch))
     K = adjoint.shape[1]
     flat = adjoint.reshape(adjoint.size)
     r = code.shape[0] - 1
@@ -320,8 +331,73 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                                     slots, iattr, fattr, arena, flat, written)
             if r < 0:
                 break
+            if groups.size != 0 and groups[r] > 1:
+                fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch)
+                r -= groups[r]
+                continue
         _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes)
         r -= 1
+
+
+@njit(cache=True, error_model="numpy")
+def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch):
+    """Rows r, r-1, .., r-count+1 of a fused reverse group (jitape_kernels.layout.reverse_groups) with one column:
+    elementwise rows of one size and SUMs reading that size, BLOCK entries at a time, the cotangents that only
+    the group writes and reads in scratch buffers. Which rows run and which inputs they write first is what the
+    row-by-row sweep finds (the group's entry state of `written`): worked out once into places[:, 4] (bit 0: the
+    row runs; bit 1 + c: its input c is first written), so every block runs the same rules. The values the rules
+    read are in the arena (the run layout keeps what derivative rows read there)."""
+    for q in range(r, r - count, -1):
+        flags = 0
+        if written[code[q, oc.OUT]]:
+            flags = 1
+            for c in range(3):
+                s = code[q, oc.IN0 + c]
+                if s >= 0 and code[q, oc.IN0_ADJ + c] >= 0:
+                    if not written[s]:
+                        flags |= 2 << c
+                    written[s] = True
+        places[q, 4] = flags
+    size = slots[code[r, oc.IN0], oc.SIZE]
+    for start in range(0, size, BLOCK):
+        stop = min(start + BLOCK, size)
+        for q in range(r, r - count, -1):
+            flags = places[q, 4]
+            if flags == 0:
+                continue
+            op = code[q, oc.OP]
+            has0 = code[q, oc.IN0_ADJ] >= 0
+            g0 = _operand(code, q, oc.IN0, oc.OUT_ADJ, places, flat, scratch, start, stop) if has0 else flat[:0]
+            if op == oc.SUM:
+                a = code[q, oc.ATTR]
+                go = code[q, oc.OUT_ADJ]
+                reduction.sum_transposed_block(flat[go:go + slots[code[q, oc.OUT], oc.SIZE]], g0, iattr[a + 1],
+                                               iattr[a + 2], start, flags & 2 != 0)
+                continue
+            g_out = _operand(code, q, oc.OUT, oc.OUT_ADJ, places, flat, scratch, start, stop)
+            x = _entries(code, q, oc.IN0_OFF, arena, start, stop)
+            if op <= oc.UNARY_LAST:
+                p0, p1 = params(op, iattr, fattr, code[q, oc.ATTR])
+                y = _entries(code, q, oc.OUT_OFF, arena, start, stop)
+                unary_reverse_1d(op, x, y, g_out, g0, p0, p1, flags & 2 != 0)
+                continue
+            has1 = code[q, oc.IN1_ADJ] >= 0
+            g1 = _operand(code, q, oc.IN1, oc.OUT_ADJ, places, flat, scratch, start, stop) if has1 else flat[:0]
+            if op <= oc.BINARY_LAST:
+                # an inactive input gets a placeholder view that the kernel never writes
+                y = _entries(code, q, oc.OUT_OFF, arena, start, stop)
+                w = _entries(code, q, oc.IN1_OFF, arena, start, stop)
+                binary_reverse_1d(op, x, w, y, g_out, g0 if has0 else g_out, g1 if has1 else g_out, has0, has1,
+                                  flags & 2 != 0, flags & 4 != 0)
+                continue
+            has2 = code[q, oc.IN2_ADJ] >= 0     # WHERE: its inputs' cotangents are added to, so first zeroed
+            g2 = _operand(code, q, oc.IN2, oc.OUT_ADJ, places, flat, scratch, start, stop) if has2 else flat[:0]
+            if flags & 4:
+                g1[:] = 0
+            if flags & 8:
+                g2[:] = 0
+            n = stop - start
+            where_linear(x, g_out.reshape(n, 1), g1.reshape(g1.size, 1), g2.reshape(g2.size, 1), has1, has2, True)
 
 
 @njit(cache=True, error_model="numpy")
@@ -485,7 +561,7 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
 
 @njit(cache=True, error_model="numpy")
 def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
-                 scratch, temps):
+                 scratch, temps, step_groups, step_places):
     """A whole replay in one call: forward segments of `code`, each but the last ending at a gradient step,
     then the guard checks; True when every guard holds.
 
@@ -500,6 +576,8 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     guards   [g, 3]  arena offset, size, offset in `expected` of the value the trace computed (NaN equals NaN)
     fused, places, scratch   the fused groups of a run layout (jitape_kernels.layout; fused all 0: none)
     temps            the kernels' scratch: at least planned_temps' entries of code and step_code for K columns
+    step_groups, step_places   per step_code row, its fused reverse group (layout.reverse_groups; K = 1 only),
+                     whose scratch buffers are `scratch`'s too
     """
     written = np.zeros(slots.shape[0], np.bool_)
     work = new_work()
@@ -516,8 +594,9 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                 for i in range(min(steps[s, 4], adjoint.shape[1])):
                     adjoint[seed + i, i] = 1
             written[steps[s, 7]] = True
-            _reverse_rows(step_code[steps[s, 1]:steps[s, 2]], slots, iattr, fattr, arena, adjoint, written, work,
-                          temps, work[:0])
+            rows = slice(steps[s, 1], steps[s, 2])
+            _reverse_rows(step_code[rows], slots, iattr, fattr, arena, adjoint, written, work, temps, work[:0],
+                          step_groups[rows], step_places[rows], scratch)
         for m in range(steps[s, 5], steps[s, 6]):
             row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
             if offset < 0:

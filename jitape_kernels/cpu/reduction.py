@@ -6,7 +6,7 @@ from numba import njit
 
 from .. import opcodes as oc
 from .elementwise import _put
-from .workspace import region
+from .workspace import LANES, lanes
 
 
 @njit(cache=True, error_model="numpy")
@@ -18,7 +18,7 @@ def reduce_forward(op, x, out, outer, n, inner, work):
     elif op == oc.PROD:
         _prod_across_rows(x.reshape(outer, n, inner), out.reshape(outer, inner))
     elif inner == 1:
-        _extrema_of_rows(x.reshape(outer, n), out, op == oc.MAX, region(work, 0, LANES).view(x.dtype))
+        _extrema_of_rows(x.reshape(outer, n), out, op == oc.MAX, lanes(work).view(x.dtype))
     else:
         _extrema_across_rows(x.reshape(outer, n, inner), out.reshape(outer, inner), op == oc.MAX)
 
@@ -66,14 +66,11 @@ def _further(value, best, largest):
     return value if ((value > best if largest else value < best) or value != value) else best
 
 
-LANES = 8      # running extrema per row: a vector register's worth, so the row loop vectorises
-
-
 @njit(cache=True, error_model="numpy")
 def _extrema_of_rows(x2, out, largest, lanes):
     """out[o] = the largest (smallest) of row o, NaN if any entry is. lanes: LANES entries of scratch (the
-    sweep's workspace); LLVM keeps them in a vector register, where eight scalars it does not vectorise (1.6x
-    slower on a 640,000-entry row)."""
+    sweep's workspace); LLVM keeps them in vector registers, where scalars it does not vectorise (1.6x slower on a
+    640,000-entry row)."""
     outer, n = x2.shape
     init = x2.dtype.type(-np.inf if largest else np.inf)
     stop = n - n % LANES
@@ -299,6 +296,32 @@ def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign, temps):
             else:
                 for i in range(inner):
                     g3[o, a, i] += shares[i] if x3[o, a, i] == y2[o, i] else zero
+
+
+@njit(cache=True, error_model="numpy")
+def sum_transposed_block(g_out, g_in, n, inner, start, assign):
+    """Entries [start, start + g_in.size) of SUM's cotangent to its [outer, n, inner] input, each its reduced
+    entry's in g_out (flat, K = 1), set (assign) or added to g_in: a block of a fused reverse group, run by run of
+    entries that read one reduced entry (inner 1) or consecutive ones."""
+    stop = start + g_in.size
+    e = start
+    while e < stop:
+        # each run sliced first and indexed from 0: indices LLVM cannot prove non-negative carry numba's
+        # wrapping, and its loop does not vectorise (a 640,000-entry fill 3x slower)
+        if inner == 1:
+            run_stop = min((e // n + 1) * n, stop)
+            g = g_out[e // n]
+            run = g_in[e - start:run_stop - start]
+            for i in range(run.size):
+                _put(run, i, g, assign)
+        else:
+            pos = e % inner
+            run_stop = min(e - pos + inner, stop)
+            run = g_in[e - start:run_stop - start]
+            reduced = g_out[(e // (n * inner)) * inner + pos:]
+            for i in range(run.size):
+                _put(run, i, reduced[i], assign)
+        e = run_stop
 
 
 @njit(cache=True, error_model="numpy")
