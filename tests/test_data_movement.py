@@ -9,6 +9,7 @@ import pytest
 
 import jitape as jt
 from jitape import execute
+from jitape_kernels.cpu.workspace import LANES
 
 CASES = [
     ("transpose keeps the last axis", lambda t: jt.transpose(t, (1, 0, 2)), lambda a: np.transpose(a, (1, 0, 2))),
@@ -144,7 +145,7 @@ def test_broadcasts_and_reductions_on_every_path(name, op, reference, last):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_replayed_extrema_with_nan_and_infinities(reduce, reference, dtype):
     rng = np.random.default_rng(11)
-    for n in [1, 2, 7, 8, 9, 15, 16, 17, 33, 1000]:
+    for n in [1, 2, 7, 8, 9, 15, 16, 17, 33, LANES - 1, LANES, LANES + 1, 2 * LANES + 3, 1000]:
         f = jt.function(lambda v: reduce(v))        # one per size: every later call replays
         values = rng.standard_normal(n).astype(dtype)
         variants = [values]
