@@ -55,7 +55,7 @@ def test_replayed_forward_uses_them(op):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape,axis", [((0,), None), ((7,), None), ((8,), None), ((129,), None), ((1000,), None),
-                                        ((100_003,), None), ((3, 300), 1), ((300, 3), 0), ((4, 129, 5), 1),
+                                        ((100_003,), None), ((640_001,), None), ((5, 12_345), 1), ((3, 300), 1), ((300, 3), 0), ((4, 129, 5), 1),
                                         ((6, 40, 7), 2), ((6, 40, 7), 0), ((50, 60), None),
                                         # rows of 8 to SHORT_ROWS entries: summed in one loop, no call per row
                                         ((700, 10), 1), ((20, 32), 1), ((9, 33), 1)])
