@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.layout import BLOCK, reverse_groups, run_layout
+from jitape_kernels.layout import BLOCK, reverse_groups, run_layout, scalar_runs
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest
@@ -264,6 +264,8 @@ class Concrete:
         self._moves = np.array(moves, np.int64).reshape(-1, 4)
         self._step_groups, self._step_places, n_reverse = reverse_groups(self._step_code, self._steps, self.slots,
                                                                          self._moves)
+        self._scalars = scalar_runs(self._run_code, self.slots, self._steps[:, 0])
+        self._step_scalars = scalar_runs(self._step_code, self.slots, steps=self._steps)
         self._scratch = np.empty(max(n_scratch, n_reverse) * BLOCK, self.dtype)     # the two kinds run apart
         self._adjoint = np.empty((n_adjoint, 1), self.dtype)
         guards, n_expected = [], 0
@@ -376,7 +378,7 @@ class Concrete:
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
             self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch,
             device.replay_temps(self._run_code, self._step_code, self.iattr, 1, self.dtype), self._step_groups,
-            self._step_places)
+            self._step_places, self._scalars, self._step_scalars)
         return replay
 
     def bind_gradient(self, purpose, target, sources, dtypes, backend_name=None, columns=1):
@@ -409,7 +411,8 @@ class Concrete:
                                             step_code, moves, None, self._guards, self._expected, fused, places,
                                             scratch, device.replay_temps(self._run_code, step_code, self.iattr,
                                                                          columns, self.dtype), step_groups,
-                                            step_places])
+                                            step_places, self._scalars,
+                                            scalar_runs(step_code, self.slots, steps=steps)])
         # a new buffer no local name holds: _bind counts its references
         self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                                   for row, s, dtype in zip(rows, sources, dtypes)])

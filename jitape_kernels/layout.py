@@ -11,14 +11,28 @@ value it replaces (_in_place). The canonical layout (every slot's own rows)
 stays what derivatives, tapes and saving see; this one is derived from it per
 traced variant.
 
+Every replay, plain or taking gradients, also runs two plans of this module:
+the fused reverse groups of its gradient steps (reverse_groups, the reverse
+sweep's counterpart of the fused groups) and the compact rows of its scalar
+runs (scalar_runs).
+
 Host code shared by every backend, planned once per variant.
 """
 import numpy as np
 
 from . import opcodes as oc
+from .planning import reverse_flags
 
 BLOCK = 8192            # entries per block of a fused group: a row's three operands stay in L2
 FUSE_MIN_SIZE = 2 * BLOCK   # smaller groups gain nothing from blocks
+
+# The compact rows of scalar runs (scalar_runs): the code columns a scalar elementwise row reads, then at a run's
+# first row (in sweep order) its stop row (forward) or its number of rows (reverse), and the row's planned flags
+# in a gradient step (planning.reverse_flags)
+(SC_OP, SC_OUT_OFF, SC_IN0_OFF, SC_IN1_OFF, SC_ATTR, SC_OUT_ADJ, SC_IN0_ADJ, SC_IN1_ADJ, SC_IN0, SC_IN1, SC_RUN,
+ SC_FLAGS) = range(12)
+_SCALAR_COLUMNS = [oc.OP, oc.OUT_OFF, oc.IN0_OFF, oc.IN1_OFF, oc.ATTR, oc.OUT_ADJ, oc.IN0_ADJ, oc.IN1_ADJ, oc.IN0,
+                   oc.IN1]
 
 
 def _fusable(code, slots, iattr):
@@ -219,3 +233,36 @@ def _reverse_places(code, bottom, top, writers, kept, places):
             places[r, 0] = place[out]
             free.append(place.pop(out))
     return used
+
+
+def _runs(scalar, cuts):
+    """(starts, stops) of the runs of True in `scalar`, each also ended before every row in `cuts`."""
+    n = scalar.size
+    cut = np.zeros(n + 1, np.bool_)
+    cut[np.asarray(cuts, np.int64)] = True
+    starts = np.flatnonzero(scalar & (cut[:n] | ~np.concatenate([[False], scalar[:-1]])))
+    breaks = np.union1d(np.flatnonzero(~scalar | cut[:n]), [n])
+    return starts, breaks[np.searchsorted(breaks, starts, side="right")]
+
+
+def scalar_runs(code, slots, positions=(), steps=None):
+    """The compact rows (SC_* columns) of `code`, whose runs of scalar elementwise rows replays run from them
+    (interpreter._scalar_run_forward and _scalar_run_reverse): no slot table, no size checks, and in a gradient
+    step no reads of `written`. Forward (the run code, `positions` its gradient steps'): no run crosses a
+    position, SC_RUN of a run's first row is its stop. Reverse (steps: replay_sweep's, over the steps' derivative
+    rows `code`): runs within a step, SC_RUN of a run's last row (the sweep's first) its number of rows, SC_FLAGS
+    the flags planning.reverse_flags plans from the step's target."""
+    rows = np.zeros((code.shape[0], SC_FLAGS + 1), np.int64)
+    if not code.shape[0]:
+        return rows
+    rows[:, :SC_RUN] = code[:, _SCALAR_COLUMNS]
+    scalar = (code[:, oc.OP] <= oc.BINARY_LAST) & (slots[code[:, oc.OUT], oc.SIZE] == 1)
+    if steps is None:
+        starts, stops = _runs(scalar, positions)
+        rows[starts, SC_RUN] = stops
+        return rows
+    starts, stops = _runs(scalar, steps[:, 1])
+    rows[stops - 1, SC_RUN] = stops - starts
+    for lo, hi, target in steps[:, [1, 2, 7]].tolist():
+        rows[lo:hi, SC_FLAGS] = reverse_flags(code[lo:hi], target, slots.shape[0])
+    return rows

@@ -1,6 +1,8 @@
 """The run layout of plain replays (jitape_kernels.layout): copies read their input's rows, elementwise runs of
 one large size and the broadcasts into them run as fused groups block by block, and values read only inside a
 group never reach the arena; every replay equals the same function run eagerly."""
+import inspect
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from jitape import replay
 from jitape.replay import Function
 from jitape_kernels import opcodes as oc
 from jitape_kernels import layout
+from jitape_kernels.cpu.interpreter import replay_sweep
 from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
 
 
@@ -188,6 +191,12 @@ def test_bound_gradients_replay_fused_groups_of_the_values_they_do_not_read(bind
         assert np.all(np.isnan(concrete.arena[concrete._span(slot)]))
 
 
+def _bound_arrays(concrete):
+    """The arrays the variant's one bound purpose replays with, by replay_sweep's parameter names."""
+    (_, arrays), = concrete._bindings.values()
+    return dict(zip(inspect.signature(replay_sweep.py_func).parameters, arrays))
+
+
 def _no_reverse_groups(step_code, steps, slots, moves):
     groups, places, _ = layout.reverse_groups(step_code, steps, slots, moves)
     return np.zeros_like(groups), places, 0
@@ -235,9 +244,8 @@ def test_fused_reverse_groups_equal_the_row_by_row_sweep_bit_for_bit(monkeypatch
             y = f(x, b)
         for g, w in zip(got, tape.gradient(y, [x, b])):
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-4 if dtype == np.float32 else 1e-11)
-    concrete = _only_variant(grouped)
-    (_, arrays), = concrete._bindings.values()
-    groups, places = arrays[-2:]
+    arrays = _bound_arrays(_only_variant(grouped))
+    groups, places = arrays["step_groups"], arrays["step_places"]
     assert np.any(groups > 1) == (x.numpy().size >= FUSE_MIN_SIZE)
     if np.any(groups > 1):
         assert np.any(places[:, 0] >= 0)        # a cotangent only its group writes and reads lives in scratch
@@ -262,3 +270,80 @@ def test_a_traced_gradient_of_an_intermediate_reads_its_cotangent_from_the_adjoi
         np.testing.assert_allclose(replayed(x).numpy(), f(x).numpy(), rtol=1e-12)
     concrete = _only_variant(replayed)
     assert np.any(concrete._step_groups > 1)
+
+
+def _no_scalar_runs(code, slots, positions=(), steps=None):
+    rows = layout.scalar_runs(code, slots, positions, steps)
+    rows[:, layout.SC_RUN] = 0
+    return rows
+
+
+def _scalar_chain(x, b):
+    y = x
+    for _ in range(40):
+        y = jt.sin(y) * x + 0.5 * y
+    return y * b
+
+
+def _scalar_mixed(x, b):
+    """Scalar runs around array rows, a value read by many rows, x * x, an unreached input's rows (b only through
+    a stop_gradient) and an input read before and after an array row."""
+    v = jt.stack([x, x * 2.0, x * 3.0, x, x])
+    s = jt.reduce_sum(v * v) * x + x * x
+    t = s / (jt.stop_gradient(b) + 2.0) - jt.exp(x * 0.1)
+    return jt.reduce_sum(v * t) + t * t - jt.square(x)
+
+
+@pytest.mark.parametrize("f", [_scalar_chain, _scalar_mixed], ids=["chain", "mixed"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scalar_runs_equal_the_row_by_row_sweeps_bit_for_bit(monkeypatch, f, dtype):
+    """Replays run scalar rows from compact rows with planned flags (layout.scalar_runs): their values and
+    gradients equal the same replays' without runs bit for bit, and the tape's."""
+    values = [(dtype(0.3), dtype(1.5)), (dtype(-0.7), dtype(0.25)), (dtype(1.1), dtype(-3.0))]
+    with_runs = Function(f, differentiated=True)
+    derivative = jt.value_and_grad(with_runs, argnums=(0, 1))
+    results = [derivative(jt.constant(x), jt.constant(b)) for x, b in values + values]
+    monkeypatch.setattr(replay, "scalar_runs", _no_scalar_runs)
+    plain = jt.value_and_grad(Function(f, differentiated=True), argnums=(0, 1))
+    for (x, b), (value, grads) in zip(values + values, results):
+        want_value, want = plain(jt.constant(x), jt.constant(b))
+        assert value.numpy() == want_value.numpy()
+        for g, w in zip(grads, want):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+        x, b = jt.constant(x), jt.constant(b)
+        with jt.GradientTape() as tape:
+            tape.watch([x, b])
+            y = f(x, b)
+        for g, w in zip(grads, tape.gradient(y, [x, b], unconnected_gradients="zero")):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4 if dtype == np.float32 else 1e-12)
+    arrays = _bound_arrays(_only_variant(with_runs))
+    scalars, step_scalars = arrays["scalars"], arrays["step_scalars"]
+    assert np.any(scalars[:, layout.SC_RUN] > 0) and np.any(step_scalars[:, layout.SC_RUN] > 0)
+
+
+def test_scalar_runs_in_traced_gradient_steps_and_jacobians():
+    """A jt.function taking two gradients inside (two steps: runs end at their positions) and a jt.jacobian (K
+    columns: its reverse runs row by row) equal eager."""
+    def f(x):
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y = _scalar_chain(x, 2.0)
+            z = y * y + x
+        g = tape.gradient(y, x)
+        h = tape.gradient(z, x)
+        return g * h + _scalar_chain(g, x)
+
+    replayed = jt.function(f)
+    for x in (0.3, -0.2, 0.9, 0.3):
+        x = jt.constant(np.float64(x))
+        np.testing.assert_allclose(replayed(x).numpy(), f(x).numpy(), rtol=1e-12)
+    concrete = _only_variant(replayed)
+    assert len(concrete._steps) == 2
+    assert np.any(concrete._scalars[:, layout.SC_RUN] > 0) and np.any(concrete._step_scalars[:, layout.SC_RUN] > 0)
+    jacobian = jt.jacobian(lambda x: jt.stack([_scalar_chain(x[0], x[1]), x[0] * x[1]]))
+    for x in ([0.3, 1.5], [-0.4, 2.0]):
+        x = jt.constant(np.array(x))
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = jt.stack([_scalar_chain(x[0], x[1]), x[0] * x[1]])
+        np.testing.assert_allclose(jacobian(x).numpy(), tape.jacobian(y, x).numpy(), rtol=1e-12)

@@ -5,7 +5,8 @@ import numpy as np
 from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep, per_example_temps
 from .tangents import second_order_sweep, tangent_sweep
-from ..planning import READS_ALL, derivative_plan, plan
+from ..layout import SC_FLAGS
+from ..planning import READS_ALL, derivative_plan, plan, reverse_flags
 from .interpreter import forward_sweep, planned_temps, replay_sweep, reverse_sweep
 from .optimizers import adam_step, sgd_momentum_step
 
@@ -48,6 +49,7 @@ def warmup_steps():
                                                            np.zeros(0, np.int64), -1)),
              ("per_example_plan", lambda: per_example_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
                                                            np.zeros(0, np.int64), np.zeros(0, np.int64), 1)),
+             ("reverse_flags", lambda: reverse_flags(np.zeros((0, oc.W), np.int64), 0, 1)),
              ("planned_temps", lambda: planned_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64))),
              ("per_example_temps", lambda: per_example_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64),
                                                              np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 1))]
@@ -58,7 +60,7 @@ def warmup_steps():
             *_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 4), np.int64),
             np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
             np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d), np.zeros(0, np.int64),
-            np.zeros((0, 5), np.int64))))
+            np.zeros((0, 5), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64))))
         steps.append((f"reverse_sweep[{name}]",
                       lambda d=dtype: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
                                                     np.zeros(0, np.int64), np.zeros(0, d))))
