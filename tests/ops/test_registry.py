@@ -915,3 +915,23 @@ def test_op_replays(name):
         _check_replay(name, args, seed)
 
     run()
+
+
+# the elementwise unary and binary cases (listed first in CASES): on 0-d arguments, replays run their rows from
+# compact rows (jitape_kernels.layout.scalar_runs), a gradient step's with the flags its plan fixes
+ELEMENTWISE = list(CASES)[:list(CASES).index("where")]
+
+
+def _all_scalars(args):
+    return all(np.ndim(a) == 0 for a in args if isinstance(a, np.ndarray))
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_op_replays_on_scalars(name):
+    @settings(max_examples=2, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    @given(CASES[name].inputs.filter(_all_scalars), st.integers(0, 2 ** 16))
+    def run(args, seed):
+        _check_replay(name, args, seed)
+
+    run()
