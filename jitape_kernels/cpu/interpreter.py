@@ -331,40 +331,41 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, tem
     Rows whose output is inactive were pruned at lowering; an inactive input
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
-    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes,
-                  np.zeros(0, np.int64), np.zeros((0, 5), np.int64), arena[:0], np.zeros((0, SC_FLAGS + 1), np.int64))
+    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes)
 
 
 @njit(cache=True, error_model="numpy")
-def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, groups, places, scratch,
-                  scalars):
-    """reverse_sweep with a workspace (jitape_kernels.cpu.workspace); with one column, the fused reverse groups
-    that `groups` marks (groups[r] > 1: rows r down to r - groups[r] + 1; empty: none) run by fused_reverse over
-    `places` and `scratch`, and the scalar runs that `scalars` marks (a gradient step's: layout.scalar_runs;
-    empty: none) from their compact rows."""
-    code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, groups, places, scratch, scalars = (
+def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, scalars=None, groups=None,
+                  places=None, scratch=None):
+    """reverse_sweep with a workspace (jitape_kernels.cpu.workspace). A replay's gradient step (with one column)
+    also gives the compact rows of its scalar runs (`scalars`: layout.scalar_runs) and its fused reverse groups
+    (`groups`, `places`, `scratch`: layout.reverse_groups; groups[r] > 1: rows r down to r - groups[r] + 1), which
+    run from those; reverse_sweep gives None, and numba prunes their branches from its compiled code (a new
+    user's first gradient compiles none of it)."""
+    code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
-        unowned(written), unowned(work), unowned(temps), unowned(homes), unowned(groups), unowned(places),
-        unowned(scratch), unowned(scalars))
+        unowned(written), unowned(work), unowned(temps), unowned(homes))
     K = adjoint.shape[1]
     flat = adjoint.reshape(adjoint.size)
     r = code.shape[0] - 1
     while r >= 0:
         if K == 1:
-            if scalars.shape[0] != 0 and scalars[r, SC_RUN] > 0:
-                _scalar_run_reverse(scalars, r, scalars[r, SC_RUN], iattr, fattr, arena, flat, written)
-                r -= scalars[r, SC_RUN]
-                continue
+            if scalars is not None:
+                if scalars[r, SC_RUN] > 0:
+                    _scalar_run_reverse(scalars, r, scalars[r, SC_RUN], iattr, fattr, arena, flat, written)
+                    r -= scalars[r, SC_RUN]
+                    continue
             r = _small_rows_reverse(code, _scalar_rows_reverse(code, r, slots, iattr, fattr, arena, flat, written),
                                     slots, iattr, fattr, arena, flat, written, scalars)
             if r < 0:
                 break
-            if scalars.shape[0] != 0 and scalars[r, SC_RUN] > 0:
-                continue
-            if groups.size != 0 and groups[r] > 1:
-                fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch)
-                r -= groups[r]
-                continue
+            if scalars is not None:
+                if scalars[r, SC_RUN] > 0:
+                    continue
+                if groups[r] > 1:
+                    fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch)
+                    r -= groups[r]
+                    continue
         _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes)
         r -= 1
 
@@ -510,15 +511,16 @@ def _scalar_run_reverse(scalars, r, count, iattr, fattr, arena, flat, written):
 
 
 @njit(cache=True, error_model="numpy")
-def _small_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written, scalars):
+def _small_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written, scalars=None):
     """reverse_sweep with one column over rows r0, r0-1, ... while they are elementwise rows of at most SMALL
     entries or SLICE/PLACE rows moving one run of at most SMALL entries; the first row that is not, or that starts
     a scalar run (see _reverse_rows) (-1: none).
     A loop of its own: in the general row's code a small row pays for its views (~60 ns), and a scalar chain
     runs faster still in _scalar_rows_reverse's straight-line loop (25% slower in this one)."""
     for r in range(r0, -1, -1):
-        if scalars.shape[0] != 0 and scalars[r, SC_RUN] > 0:
-            return r
+        if scalars is not None:
+            if scalars[r, SC_RUN] > 0:
+                return r
         op = code[r, oc.OP]
         if op > oc.BINARY_LAST:
             src, dst, size = contiguous_run(op, iattr, code[r, oc.ATTR])
@@ -664,7 +666,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
             written[steps[s, 7]] = True
             rows = slice(steps[s, 1], steps[s, 2])
             _reverse_rows(step_code[rows], slots, iattr, fattr, arena, adjoint, written, work, temps, work[:0],
-                          step_groups[rows], step_places[rows], scratch, step_scalars[rows])
+                          step_scalars[rows], step_groups[rows], step_places[rows], scratch)
         for m in range(steps[s, 5], steps[s, 6]):
             row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
             if offset < 0:
