@@ -27,8 +27,8 @@ BLOCK = 8192            # entries per block of a fused group: a row's three oper
 FUSE_MIN_SIZE = 2 * BLOCK   # smaller groups gain nothing from blocks
 
 # The compact rows of scalar runs (scalar_runs): the code columns a scalar elementwise row reads, then at a run's
-# first row (in sweep order) its stop row (forward) or its number of rows (reverse), and the row's planned flags
-# in a gradient step (planning.reverse_flags)
+# first row (in sweep order) its stop row (forward) or its number of rows (reverse), and in a gradient step every
+# row's planned flags (planning.reverse_flags), which fused reverse groups run from too
 (SC_OP, SC_OUT_OFF, SC_IN0_OFF, SC_IN1_OFF, SC_ATTR, SC_OUT_ADJ, SC_IN0_ADJ, SC_IN1_ADJ, SC_IN0, SC_IN1, SC_RUN,
  SC_FLAGS) = range(12)
 _SCALAR_COLUMNS = [oc.OP, oc.OUT_OFF, oc.IN0_OFF, oc.IN1_OFF, oc.ATTR, oc.OUT_ADJ, oc.IN0_ADJ, oc.IN1_ADJ, oc.IN0,
@@ -182,12 +182,11 @@ def reverse_groups(step_code, steps, slots, moves):
 
     steps, moves   replay_sweep's (the seeded target of step s: steps[s, 7]; its sources: moves' column 3)
     groups         per step_code row r: the rows of the group whose first row (in sweep order) is r, else 0
-    places         per row [5]: the scratch buffer of the cotangent of its output and inputs (-1: adjoint rows),
-                   and a column the sweep fills with the row's flags (see fused_reverse)
+    places         per row [4]: the scratch buffer of the cotangent of its output and inputs (-1: adjoint rows)
     """
     n = step_code.shape[0]
     groups = np.zeros(n, np.int64)
-    places = np.full((n, 5), -1, np.int64)
+    places = np.full((n, 4), -1, np.int64)
     group_size = _reverse_fusable(step_code, slots)
     n_scratch = 0
     for s in range(steps.shape[0]):

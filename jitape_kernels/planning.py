@@ -192,26 +192,20 @@ def reverse_flags(code, target, n_slots):
     """Per row of a reverse sweep over `code` seeded at the slot `target` alone (a replay's gradient step), what
     the sweep's `written` will find there, row by row: bit 0, the row runs (its output's cotangent was written);
     bit 1 + c, its input c (IN0..IN2) is first written there (set, not added to). Fixed by the plan, so a replay's
-    scalar rows run from these bits (interpreter._scalar_run_reverse) without reading `written`."""
+    scalar runs and fused reverse groups run from these bits (interpreter._scalar_run_reverse, fused_reverse)
+    without reading `written`."""
     written = np.zeros(n_slots, np.bool_)
     written[target] = True
     flags = np.zeros(code.shape[0], np.int64)
     for r in range(code.shape[0] - 1, -1, -1):
-        flags[r] = first_writes(code, r, written)
+        if not written[code[r, oc.OUT]]:
+            continue
+        bits = 1
+        for c in range(3):
+            s = code[r, oc.IN0 + c]
+            if s >= 0 and code[r, oc.IN0_ADJ + c] >= 0:
+                if not written[s]:
+                    bits |= 2 << c
+                written[s] = True
+        flags[r] = bits
     return flags
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def first_writes(code, r, written):
-    """Row r's flags in a reverse sweep that has written the cotangents `written` marks (bit 0: it runs; bit 1 + c:
-    its input c is first written there; 0: it does not run), marking the inputs it writes."""
-    if not written[code[r, oc.OUT]]:
-        return 0
-    bits = 1
-    for c in range(3):
-        s = code[r, oc.IN0 + c]
-        if s >= 0 and code[r, oc.IN0_ADJ + c] >= 0:
-            if not written[s]:
-                bits |= 2 << c
-            written[s] = True
-    return bits

@@ -9,7 +9,6 @@ from numba import njit
 from .. import opcodes as oc
 from ..layout import (BLOCK, SC_ATTR, SC_FLAGS, SC_IN0, SC_IN0_ADJ, SC_IN0_OFF, SC_IN1, SC_IN1_ADJ, SC_IN1_OFF, SC_OP,
                       SC_OUT_ADJ, SC_OUT_OFF, SC_RUN)
-from ..planning import first_writes
 from .elementwise import (_put, binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
@@ -363,7 +362,8 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                 if scalars[r, SC_RUN] > 0:
                     continue
                 if groups[r] > 1:
-                    fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch)
+                    fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch,
+                                  scalars)
                     r -= groups[r]
                     continue
         _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes)
@@ -371,20 +371,23 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
 
 
 @njit(cache=True, error_model="numpy")
-def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch):
+def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars):
     """Rows r, r-1, .., r-count+1 of a fused reverse group (jitape_kernels.layout.reverse_groups) with one column:
     elementwise rows of one size and SUMs reading that size, BLOCK entries at a time, the cotangents that only
-    the group writes and reads in scratch buffers. Which rows run and which inputs they write first is what the
-    row-by-row sweep finds (the group's entry state of `written`): worked out once into places[:, 4] (bit 0: the
-    row runs; bit 1 + c: its input c is first written), so every block runs the same rules. The values the rules
-    read are in the arena (the run layout keeps what derivative rows read there)."""
+    the group writes and reads in scratch buffers. Which rows run and which inputs they write first are the
+    step's planned flags (scalars[:, SC_FLAGS]: planning.reverse_flags), so every block runs the same rules; the
+    inputs they write are marked in `written` for the rows and moves after the group. The values the rules read
+    are in the arena (the run layout keeps what derivative rows read there)."""
     for q in range(r, r - count, -1):
-        places[q, 4] = first_writes(code, q, written)
+        if scalars[q, SC_FLAGS] != 0:
+            for c in range(3):
+                if code[q, oc.IN0 + c] >= 0 and code[q, oc.IN0_ADJ + c] >= 0:
+                    written[code[q, oc.IN0 + c]] = True
     size = slots[code[r, oc.IN0], oc.SIZE]
     for start in range(0, size, BLOCK):
         stop = min(start + BLOCK, size)
         for q in range(r, r - count, -1):
-            flags = places[q, 4]
+            flags = scalars[q, SC_FLAGS]
             if flags == 0:
                 continue
             op = code[q, oc.OP]
