@@ -61,6 +61,6 @@ def test_quick_start_is_two_commands_that_ci_runs_verbatim():
     language, body, _, _ = blocks[0]
     commands = body.splitlines()
     assert language == "bash" and len(commands) == 2
-    ci_commands = [line.split(" || exit")[0] for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    ci_commands = [line.split(" || ")[0] for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     for command in commands:
         assert command in ci_commands, f"{command!r} is in README.md's quick start but not in .ci/run"
