@@ -29,6 +29,18 @@ def _function(f):
     return Function(f, differentiated=True)
 
 
+def _argnums_for(argnums, what):
+    """_argnums(argnums, n_args, what) as a function of n_args, worked out once per argument count."""
+    known = {}
+
+    def of(n_args):
+        found = known.get(n_args)
+        if found is None:
+            found = known[n_args] = _argnums(argnums, n_args, what)
+        return found
+    return of
+
+
 def _argnums(argnums, n_args, what):
     many = not isinstance(argnums, int)
     nums = tuple(argnums) if many else (argnums,)
@@ -41,10 +53,15 @@ def _argnums(argnums, n_args, what):
 def _differentiable_args(args, nums, what):
     """args with Python floats among the differentiated ones made floatx arrays; ints and other dtypes
     refused, naming the argument."""
+    for i in nums:
+        if type(args[i]) is not Tensor or args[i]._value.dtype.kind != "f":
+            break
+    else:
+        return args         # the common arguments, float Tensors, as they are
     args = list(args)
     for i in nums:
         if type(args[i]) is Tensor and args[i]._value.dtype.kind == "f":
-            continue        # the common argument, as it is
+            continue
         leaves = nest.flatten(args[i])
         fixed = []
         for leaf in leaves:
@@ -92,12 +109,13 @@ class _Call:
                              f"its Program cannot be differentiated; differentiate the Python function instead")
         self.concrete = concrete
         self.outputs = concrete.finish() if traced is None else traced[0]
-        self._args = [args[i] for i in nums]
+        self._args, self._nums = args, nums
         # the variant fixes the arguments' structure, shapes and dtypes: their layout is worked out once
-        self.groups = concrete.memo.get(("arguments", nums))
-        if self.groups is None:
-            self.groups = concrete.memo["arguments", nums] = self._layout(concrete, leaves, args, kwargs, nums)
-        self.sources = [s for group in self.groups for s in group]
+        layout = concrete.memo.get(("arguments", nums))
+        if layout is None:
+            groups = self._layout(concrete, leaves, args, kwargs, nums)
+            layout = concrete.memo["arguments", nums] = (groups, [s for group in groups for s in group])
+        self.groups, self.sources = layout
 
     @staticmethod
     def _layout(concrete, leaves, args, kwargs, nums):
@@ -124,7 +142,8 @@ class _Call:
         structure."""
         it = iter(found)
         results = []
-        for group, arg in zip(self.groups, self._args):
+        for group, i in zip(self.groups, self._nums):
+            arg = self._args[i]
             leaves = []
             for leaf, _ in group:
                 value = next(it)
@@ -169,10 +188,11 @@ def value_and_grad(f, argnums=0, has_aux=False):
     (9.0, array([ 3., 12.], dtype=float32))
     """
     fn = _function(f)
+    argnums_of = _argnums_for(argnums, "value_and_grad")
 
     @functools.wraps(fn.python_function)
     def value_and_grad_f(*args, **kwargs):
-        nums, many = _argnums(argnums, len(args), "value_and_grad")
+        nums, many = argnums_of(len(args))
         args = _differentiable_args(args, nums, "value_and_grad")
         if _eager():
             tape, out, sources, args = _on_tape(fn.python_function, args, kwargs, nums)
@@ -243,10 +263,11 @@ def jacobian(f, argnums=0):
            [0., 4.]], dtype=float32)
     """
     fn = _function(f)
+    argnums_of = _argnums_for(argnums, "jacobian")
 
     @functools.wraps(fn.python_function)
     def jacobian_f(*args, **kwargs):
-        nums, many = _argnums(argnums, len(args), "jacobian")
+        nums, many = argnums_of(len(args))
         args = _differentiable_args(args, nums, "jacobian")
         if _eager():
             tape, out, sources, args = _on_tape(fn.python_function, args, kwargs, nums)
