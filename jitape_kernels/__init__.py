@@ -7,13 +7,21 @@ kernel file can never be served stale machine code (numba keys its cache on the
 defining file alone, not on the modules it calls into). That directory is given
 to numba through a cache locator that answers for this package's files only:
 numba.config.CACHE_DIR, every other numba user's setting, is left as it was.
+
+The kernels are declared with this package's `njit`, numba's with a cache of its own
+(_KernelCache) that loads a kernel faster: numba parses a cached function's whole LLVM
+bitcode at every load (~70% of the load: 30-90 ms for the largest sweeps), although it
+needs it only to link the function into one compiled later; here the bitcode is parsed
+when such a compile asks for it, and the symbols the execution engine must know are
+stored by name.
 """
 import hashlib
 import os
 from pathlib import Path
 
 import numba
-from numba.core import caching
+import llvmlite.binding as ll
+from numba.core import caching, codegen, compiler
 
 _HERE = Path(__file__).resolve().parent
 
@@ -74,3 +82,63 @@ if _KernelCacheLocator not in caching.CacheImpl._locator_classes:
 def cache_dir() -> str:
     """The directory numba caches jitape's compiled kernels in."""
     return str(_CACHE_DIR)
+
+
+class _LazilyLinked(codegen.JITCodeLibrary):
+    """A kernel's code library loaded from the cache: its machine code is loaded at once, its bitcode parsed
+    only when a compile links it into another library."""
+    _bitcode = None
+
+    def _get_module_for_linking(self):
+        if self._shared_module is None and self._bitcode is not None:
+            self._shared_module = ll.parse_bitcode(self._bitcode)
+            self._bitcode = None
+        return super()._get_module_for_linking()
+
+
+class _KernelCacheImpl(caching.CompileResultCacheImpl):
+    """numba's cache of compile results, with the library stored as (object code, bitcode, the names of the
+    symbols it defines) and loaded as _LazilyLinked."""
+
+    def reduce(self, cres):
+        libdata, *rest = cres._reduce()
+        name, kind, (object_code, bitcode) = libdata
+        module = cres.library._get_module_for_linking()
+        symbols = [g.name for g in (*module.functions, *module.global_variables) if not g.is_declaration]
+        return ((name, kind, (object_code, bitcode, symbols)), *rest)
+
+    def rebuild(self, target_context, payload):
+        (name, kind, (object_code, bitcode, symbols)), fndesc, env, signature, objectmode, lifted, typeann, \
+            reload_init, referenced_envs = payload
+        for initialise in reload_init or ():
+            initialise()
+        # what numba's CodeLibrary._unserialize does for object code, but the bitcode's parse
+        library = _LazilyLinked(target_context.codegen(), name)
+        library.enable_object_caching()
+        library._set_compiled_object(object_code)
+        library._bitcode = bitcode
+        library._finalize_final_module()
+        library.codegen._engine._defined_symbols.update(symbols)
+        # and what numba's CompileResult._rebuild does with it
+        fields = dict.fromkeys(compiler.CR_FIELDS)
+        fields.update(target_context=target_context, typing_context=target_context.typing_context, library=library,
+                      environment=env, entry_point=target_context.get_executable(library, fndesc, env),
+                      fndesc=fndesc, type_annotation=typeann, signature=signature, objectmode=objectmode,
+                      lifted=lifted, reload_init=reload_init, referenced_envs=referenced_envs)
+        for referenced in referenced_envs:
+            library.codegen.set_env(referenced.env_name, referenced)
+        return compiler.CompileResult(**fields)
+
+
+class _KernelCache(caching.FunctionCache):
+    _impl_class = _KernelCacheImpl
+
+
+def njit(**options):
+    """numba.njit for this package's kernels: with cache=True, cached through _KernelCache."""
+    def decorate(py_func):
+        dispatcher = numba.njit(**options)(py_func)
+        if options.get("cache") and hasattr(dispatcher, "_cache"):     # not with NUMBA_DISABLE_JIT
+            dispatcher._cache = _KernelCache(py_func)
+        return dispatcher
+    return decorate

@@ -2,9 +2,8 @@
 adjoint rows. Host code shared by every backend (the kernels of a backend only run what is planned here).
 """
 import numpy as np
-from numba import njit
 
-from . import opcodes as oc
+from . import njit, opcodes as oc
 
 
 @njit(cache=True, error_model="numpy", inline="always")

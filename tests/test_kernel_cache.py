@@ -47,3 +47,34 @@ print(w[0], jitape_kernels.cache_dir())
 
 def test_the_cache_directory_is_stamped_with_the_kernel_sources():
     assert Path(jitape_kernels.cache_dir()).name.startswith("numba-")
+
+
+def test_a_loaded_kernel_parses_its_bitcode_only_when_a_compile_links_it(tmp_path):
+    compile_and_cache = """
+import numpy as np
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
+sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)
+print(w[0])
+"""
+    assert float(_run(compile_and_cache, JITAPE_CACHE_DIR=str(tmp_path))) == 0.0
+    load_then_link = """
+import numba, numpy as np
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
+sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)                  # loaded from jitape's cache
+(library,) = [c.library for c in sgd_momentum_step.overloads.values()]
+loaded = type(library).__name__, library._bitcode is not None and library._shared_module is None
+
+@numba.njit
+def user_step(w, g, v, rate, momentum, nesterov):               # a new compile linking the loaded kernel
+    sgd_momentum_step(w, g, v, rate, momentum, nesterov, w)
+    return w[0]
+
+print(*loaded, user_step(np.ones(3), np.full(3, 2.0), np.zeros(3), 0.25, 0.0, False),
+      library._shared_module is not None, type(user_step._cache).__name__)
+"""
+    kind, unparsed, value, parsed, user_cache = _run(load_then_link, JITAPE_CACHE_DIR=str(tmp_path)).split()
+    assert (kind, unparsed) == ("_LazilyLinked", "True")
+    assert float(value) == 0.5 and parsed == "True"
+    assert user_cache == "NullCache"        # another function keeps numba's own (here: none)

@@ -16,9 +16,8 @@ batch, a matmul contracting it, a slice picking rows ...) and is reported.
 With B = 1 nothing can mix.
 """
 import numpy as np
-from numba import njit
 
-from .. import opcodes as oc
+from .. import njit, opcodes as oc
 from .interpreter import planned_temps, reverse_instruction, value_of
 from .linalg import matmul_batch, matmul_reverse
 from .shape import leading_broadcast_block

@@ -10,9 +10,12 @@ a row-major X is the column-major X^T.
 """
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .. import njit
+
 
 _CHAR = ir.IntType(8)
 _POINTER = _CHAR.as_pointer()

@@ -8,9 +8,8 @@ program's dtype when recorded, so float32 products match numpy's bit for bit.
 """
 import math
 
-from numba import njit
 
-from .. import opcodes as oc
+from .. import njit, opcodes as oc
 from .vectormath import exp_array, log_array, sigmoid_array, tanh_array
 
 _TWO_OVER_SQRT_PI = 1.1283791670955126

@@ -4,9 +4,8 @@ The dispatch is an if-chain over opcode families that LLVM turns into a jump
 table; each family's work is done by the kernels of its module.
 """
 import numpy as np
-from numba import njit
 
-from .. import opcodes as oc
+from .. import njit, opcodes as oc
 from ..layout import (BLOCK, SC_ATTR, SC_FLAGS, SC_IN0, SC_IN0_ADJ, SC_IN0_OFF, SC_IN1, SC_IN1_ADJ, SC_IN1_OFF, SC_OP,
                       SC_OUT_ADJ, SC_OUT_OFF, SC_RUN)
 from .elementwise import (_put, binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,

@@ -7,9 +7,8 @@ added in place (blas.gemm); solves and inverses factor copies in the sweep's
 scratch (blas.solve_columns), as numpy does, so nothing is allocated here.
 """
 import numpy as np
-from numba import njit
 
-from .. import opcodes as oc
+from .. import njit, opcodes as oc
 from .blas import gemm, solve_columns
 from .elementwise import _put
 

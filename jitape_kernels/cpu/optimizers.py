@@ -5,7 +5,8 @@ fastmath), so float32 results match Keras bit for bit. error_model="numpy"
 drops Python's zero-division check, which would stop LLVM vectorising.
 """
 import numpy as np
-from numba import njit
+
+from .. import njit
 
 
 @njit(cache=True, error_model="numpy")

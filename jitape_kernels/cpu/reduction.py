@@ -2,9 +2,8 @@
 [outer, n, inner] view: forward, reverse, and the tangent and second-order kernels of forward-over-reverse
 Hessians."""
 import numpy as np
-from numba import njit
 
-from .. import opcodes as oc
+from .. import njit, opcodes as oc
 from .elementwise import _put
 from .workspace import LANES, frames, lanes
 

@@ -20,9 +20,8 @@ Loops index arrays from loop counters (views, or reshaped arrays), not from
 computed offsets: numba wraps negative indices, and an offset LLVM cannot prove
 non-negative keeps a loop from vectorising (3-8x slower here).
 """
-from numba import njit
 
-from .. import opcodes as oc
+from .. import njit, opcodes as oc
 from .reduction import row_sum
 from .workspace import region
 

@@ -14,9 +14,8 @@ Tangents and cotangent tangents use the Program's adjoint rows: exactly the
 slots between the sources and the target need them.
 """
 import numpy as np
-from numba import njit
 
-from .. import opcodes as oc
+from .. import njit, opcodes as oc
 from .elementwise import binary_second, binary_tangent, unary_reverse, unary_second, where_linear
 from .interpreter import params, reverse_instruction, value_of
 from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tangent, matmul_tangent, solve_second,

@@ -20,8 +20,10 @@ fastmath "contract" only (fused multiply-adds), never with reassociation.
 import math
 
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
+
+from .. import njit
 
 
 @intrinsic

@@ -5,9 +5,8 @@ halves (frames(work)), so no instruction allocates them. A kernel takes fixed re
 2 MAXRANK + 1 entries (region(work, k, n); ranks above opcodes.MAXRANK are refused when recorded and when
 loaded); a kernel it calls with the same workspace uses regions it does not."""
 import numpy as np
-from numba import njit
 
-from .. import opcodes as oc
+from .. import njit, opcodes as oc
 
 REGIONS = 5
 REGION = 2 * oc.MAXRANK + 1     # a TILE's axes split in two (shape.affine_spec), or a rank and K columns
