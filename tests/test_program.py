@@ -142,17 +142,22 @@ def test_sweeps_read_no_row_before_writing_it(steps, seed):
 
 @pytest.mark.parametrize("width", [8, STACKED_INNER_MAX + 4])
 def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
-    """Reverse-mode Jacobians (K columns) of rows above the scalar loops' size: the elementwise kernels (unary,
-    binary, and x * x, whose second input adds to what its first set) and matmul's K-column rows (stacked up to
-    STACKED_INNER_MAX, one product per row above) set an input's rows on their first write. With every executor
-    buffer handed out full of NaN, the Jacobian is the clean one, in one sweep of K columns or in sweeps of three,
-    and it matches central differences."""
+    """Reverse-mode Jacobians (K columns) and gradients of rows above the scalar loops' size: the elementwise
+    kernels (unary, binary, and x * x, whose one pass sets both terms), the moves that write each input entry
+    once (TRANSPOSE, PAD, and PLACE, concat's rows) and matmul's K-column rows (stacked up to STACKED_INNER_MAX,
+    one product per row above) set an input's rows on their first write. With every executor buffer handed out
+    full of NaN, the Jacobian and the gradient are the clean ones, in one sweep of K columns or in sweeps of
+    three, and they match central differences."""
     rng = np.random.default_rng(width)
     x0 = rng.uniform(-1.0, 1.0, (5, 24))
     w = jt.constant(rng.uniform(-0.5, 0.5, (24, width)))
 
     def f(x):
-        return jt.tanh(jt.matmul(jt.sin(x) * x + x * x, w))
+        # each move is the only reader of its input, so it writes that input's rows first
+        moved = jt.transpose(jt.transpose(jt.sin(x) * 0.5) * 2.0)
+        padded = jt.pad(jt.cos(x), [[1, 0], [0, 0]])[1:]
+        joined = jt.concat([jt.tanh(x), jt.exp(x * 0.1)], axis=0)
+        return jt.tanh(jt.matmul(jt.sin(x) * x + x * x + moved + padded + joined[:5] * joined[5:], w))
 
     def recorded():
         x = jt.constant(x0)
@@ -165,17 +170,26 @@ def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
         tape, x, y = recorded()
         return tape.jacobian(y, x).numpy()
 
-    clean = jacobian()
+    def gradient():
+        x = jt.constant(x0)
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            total = jt.reduce_sum(f(x))
+        return tape.gradient(total, x).numpy()
+
+    clean, clean_gradient = jacobian(), gradient()
     tape, x, y = recorded()
     program = execute.lowered(tape, [y], [x])
     per_column = (program.adjoint_size + y.numpy().size) * program.dtype.itemsize
     with mock.patch.object(recycling._Workspace, "take", _poisoned), \
             mock.patch.object(recycling._Workspace, "scratch", _poisoned_scratch):
-        poisoned = jacobian()
+        poisoned, poisoned_gradient = jacobian(), gradient()
         with mock.patch.object(jt.config, "jacobian_memory_bytes", 3 * per_column):
             assert execute._columns_per_sweep(program, y.numpy().size) == 3
             chunked = jacobian()
     np.testing.assert_array_equal(poisoned, clean)
+    np.testing.assert_array_equal(poisoned_gradient, clean_gradient)
+    np.testing.assert_allclose(clean_gradient, clean.sum(axis=(0, 1)), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(chunked, clean, rtol=1e-12, atol=1e-14)
     h = 1e-6
     for index in [(0, 0), (2, 7), (4, 23)]:
@@ -184,6 +198,24 @@ def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
         shifted[1][index] -= h
         numeric = (f(jt.constant(shifted[0])).numpy() - f(jt.constant(shifted[1])).numpy()) / (2 * h)
         np.testing.assert_allclose(clean[(slice(None), slice(None)) + index], numeric, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_cotangent_of_x_times_x_is_both_terms_bit_for_bit(dtype):
+    """x * x's reverse rule takes g x + g x in one pass as 2 (g x): the same numbers, overflow to inf included."""
+    rng = np.random.default_rng(7)
+    x0 = rng.uniform(-2.0, 2.0, 1000).astype(dtype)
+    x0[:3] = [np.finfo(dtype).max, -np.finfo(dtype).max / 2, 0.0]
+    g = rng.uniform(-1.0, 1.0, 1000).astype(dtype)
+    g[0] = 0.75         # g x0[0] + g x0[0] overflows
+    x = jt.constant(x0)
+    with np.errstate(over="ignore"):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = x * x
+        found = tape.gradient(y, x, output_gradients=jt.constant(g)).numpy()
+        np.testing.assert_array_equal(found, g * x0 + g * x0)
+    assert np.isinf(found[0])
 
 
 @settings(max_examples=25, deadline=None)

@@ -257,7 +257,8 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temp
         if op <= oc.BINARY_LAST and K == 1:
             # an inactive input (row -1) gets a placeholder view that the kernel never writes
             binary_reverse_1d(op, x, w, y, flat[go:go + size], flat[max(j0, 0):max(j0, 0) + n0],
-                              flat[max(j1, 0):max(j1, 0) + n1], j0 >= 0, j1 >= 0, assign0, assign1)
+                              flat[max(j1, 0):max(j1, 0) + n1], j0 >= 0, j1 >= 0, assign0, assign1,
+                              code[r, oc.IN0] == code[r, oc.IN1])
         elif op <= oc.BINARY_LAST:
             binary_reverse(op, x, w, y, g_out, g0, g1, j0 >= 0, j1 >= 0, assign0, assign1)
         elif op == oc.MATMUL:
@@ -282,9 +283,9 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temp
         cumsum_linear(g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
                       transpose, temps)
     elif op <= oc.PAD:
-        mapped_linear(op, iattr, a, g_out, g0, transpose, work)
+        mapped_linear(op, iattr, a, g_out, g0, transpose, work, assign0)
     elif op <= oc.GATHER:
-        moved_linear(op, iattr, a, g_out, g0, transpose)
+        moved_linear(op, iattr, a, g_out, g0, transpose, assign0)
     else:
         inv_reverse(iattr, a, y, g_out, g0, temps)
 
@@ -301,9 +302,11 @@ def value_of(arena, homes, slot, offset, size):
 @njit(cache=True, error_model="numpy", inline="always")
 def sets_first_write(op, K, distinct_inputs):
     """Whether op's reverse kernel sets (rather than adds to) the rows of an input it writes first: the
-    elementwise kernels, the reductions, and matmul when its operands are different slots (it writes one
-    operand's rows before the other's)."""
-    return op <= oc.BINARY_LAST or oc.SUM <= op <= oc.PROD or (op == oc.MATMUL and distinct_inputs)
+    elementwise kernels, the reductions, the moves whose transposed map writes each input entry once
+    (TRANSPOSE, PAD, PLACE), and matmul when its operands are different slots (it writes one operand's rows
+    before the other's)."""
+    return (op <= oc.BINARY_LAST or oc.SUM <= op <= oc.PROD or op == oc.TRANSPOSE or op == oc.PAD
+            or op == oc.PLACE or (op == oc.MATMUL and distinct_inputs))
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -406,9 +406,10 @@ def _one_entry_tiled(out_rows, in_rows, transpose):
 
 
 @njit(cache=True, error_model="numpy")
-def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work):
+def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work, assign=False):
     """The op's map over K columns: out += map(in) (tangents; these ops are linear) or, transposed,
-    in += map^T(out) (cotangents)."""
+    in += map^T(out) (cotangents). assign: in's first write, set rather than added to (TRANSPOSE and PAD only,
+    whose transposed map writes each input entry once)."""
     K = out_rows.shape[1]
     if op == oc.TILE and in_rows.shape[0] == 1:
         _one_entry_tiled(out_rows, in_rows, transpose)
@@ -425,7 +426,7 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work):
     if op == oc.TRANSPOSE:
         B, M, N, R = swapped_axes(iattr, a, work)
         if B and transpose:
-            _swap_middle_two(out_rows.reshape(B, N, M, R * K), in_rows.reshape(B, M, N, R * K), True)
+            _swap_middle_two(out_rows.reshape(B, N, M, R * K), in_rows.reshape(B, M, N, R * K), not assign)
             return
         if B:
             _swap_middle_two(in_rows.reshape(B, M, N, R * K), out_rows.reshape(B, N, M, R * K), True)
@@ -433,7 +434,7 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work):
     # PAD's map runs input -> output, the others' output -> input
     mapped, plain = (out_rows, in_rows) if op == oc.PAD else (in_rows, out_rows)
     affine_walk(op, iattr, a, mapped.reshape(mapped.size), plain.reshape(plain.size), (op == oc.PAD) != transpose,
-                True, K, work)
+                not assign, K, work)
 
 
 @njit(cache=True, error_model="numpy")
@@ -495,9 +496,10 @@ def moved_forward(op, iattr, a, x, out):
 
 
 @njit(cache=True, error_model="numpy")
-def moved_linear(op, iattr, a, out_rows, in_rows, transpose):
+def moved_linear(op, iattr, a, out_rows, in_rows, transpose, assign=False):
     """The runs' copy over K columns: out += moved(in) (tangents) or, transposed, in += the runs of out
-    (cotangents)."""
+    (cotangents). assign: in's first write, set rather than added to (PLACE only, whose runs cover its input
+    once)."""
     runs, length = block_runs(op, iattr, a)
     K = out_rows.shape[1]
     if transpose:
@@ -505,7 +507,10 @@ def moved_linear(op, iattr, a, out_rows, in_rows, transpose):
             s, d = run_starts(op, iattr, a, p)
             for e in range(length):
                 for k in range(K):
-                    in_rows[s + e, k] += out_rows[d + e, k]
+                    if assign:
+                        in_rows[s + e, k] = out_rows[d + e, k]
+                    else:
+                        in_rows[s + e, k] += out_rows[d + e, k]
     else:
         for p in range(runs):
             s, d = run_starts(op, iattr, a, p)
