@@ -30,7 +30,7 @@ def _chain(x, w, v):
     return jt.reduce_sum(c), jt.identity(b)
 
 
-@pytest.mark.parametrize("n", [FUSE_MIN_SIZE - 1, FUSE_MIN_SIZE, 3 * BLOCK + 5])
+@pytest.mark.parametrize("n", [FUSE_MIN_SIZE - 1, FUSE_MIN_SIZE, FUSE_MIN_SIZE + 2 * BLOCK + 5])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_fused_replay_equals_eager_on_sizes_around_the_blocks(n, dtype):
     rng = np.random.default_rng(n)
@@ -55,8 +55,8 @@ def test_a_fused_replay_equals_eager_on_sizes_around_the_blocks(n, dtype):
 
 # (shape of the group's rows, shape broadcast into them): rows and columns crossing block boundaries, a middle axis
 # (runs carried across two axes), several axes of one entry, a scalar (a fill)
-BROADCASTS = [((3 * BLOCK + 7,), (1,)), ((1000, 37), (1, 37)), ((1000, 37), (1000, 1)), ((40, 25, 37), (40, 1, 37)),
-              ((9, 7, 5, 3, 97), (1, 7, 1, 3, 1)), ((7, 3, 3001), (7, 1, 3001)), ((2, BLOCK + 3), (2, 1))]
+BROADCASTS = [((FUSE_MIN_SIZE + 7,), (1,)), ((1000, 37), (1, 37)), ((1000, 37), (1000, 1)), ((40, 25, 37), (40, 1, 37)),
+              ((9, 7, 5, 3, 97), (1, 7, 1, 3, 1)), ((7, 3, 3001), (7, 1, 3001)), ((16, BLOCK + 3), (16, 1))]
 
 
 @pytest.mark.parametrize("shape,small", BROADCASTS)
@@ -219,7 +219,7 @@ REVERSE_CASES = {
 }
 
 
-@pytest.mark.parametrize("n", [FUSE_MIN_SIZE - 2, 3 * BLOCK + 4])
+@pytest.mark.parametrize("n", [FUSE_MIN_SIZE - 2, FUSE_MIN_SIZE + 2 * BLOCK + 4])
 @pytest.mark.parametrize("case", sorted(REVERSE_CASES))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fused_reverse_groups_equal_the_row_by_row_sweep_bit_for_bit(monkeypatch, n, case, dtype):
@@ -266,7 +266,7 @@ def test_a_traced_gradient_of_an_intermediate_reads_its_cotangent_from_the_adjoi
     replayed = jt.function(f)
     rng = np.random.default_rng(5)
     for _ in range(3):
-        x = jt.constant(rng.normal(size=3 * BLOCK + 1))
+        x = jt.constant(rng.normal(size=FUSE_MIN_SIZE + 2 * BLOCK + 1))
         np.testing.assert_allclose(replayed(x).numpy(), f(x).numpy(), rtol=1e-12)
     concrete = _only_variant(replayed)
     assert np.any(concrete._step_groups > 1)
