@@ -138,18 +138,20 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None):
     """log(sum(exp(x))) over `axis`, shifted by the maximum for stability."""
     x = float_tensor(input_tensor, "reduce_logsumexp")
     axes = reduction_axes(axis, x.ndim, "reduce_logsumexp")
+    kept_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    out_shape = kept_shape if keepdims else tuple(d for i, d in enumerate(x.shape) if i not in axes)
     if x.size == 0:         # an empty axis: log(0) = -inf, as numpy's; no maximum to shift by
-        peak = Tensor(np.zeros([1 if i in axes else d for i, d in enumerate(x.shape)], x.dtype))
+        peak = Tensor(np.zeros(kept_shape, x.dtype))
     elif _traces.active:
         # recorded, so a replay shifts by its own maximum; a constant to derivatives (the shift's derivative
         # is 1 - sum(softmax) = 0), so they do not run through the maximum
         peak = _ew.stop_gradient(reduce_max(x, axes, keepdims=True))
         peak = _ew.where(_ew.equal(peak - peak, 0.0), peak, 0.0)       # finite maxima only
-    else:
-        peak = reduce_max(x, axes, keepdims=True)._value
+    else:           # a constant: numpy's maximum, not a recorded one
+        peak = np.max(x._value, axis=axes, keepdims=True)
         peak = Tensor(np.where(np.isfinite(peak), peak, 0).astype(x.dtype)[()])
-    total = _ew.log(reduce_sum(_ew.exp(x - peak), axes, keepdims=True)) + peak
-    return total if keepdims else _shape.reshape(total, tuple(d for i, d in enumerate(x.shape) if i not in axes))
+    shifted_sum = reduce_sum(_ew.exp(x - peak), axes, keepdims)
+    return _ew.log(shifted_sum) + (peak if keepdims else _shape.reshape(peak, out_shape))
 
 
 @composite
