@@ -19,8 +19,8 @@ import hashlib
 import os
 from pathlib import Path
 
-import numba
 import llvmlite.binding as ll
+import numba
 from numba.core import caching, codegen, compiler
 
 _HERE = Path(__file__).resolve().parent
@@ -108,8 +108,10 @@ class _KernelCacheImpl(caching.CompileResultCacheImpl):
         return ((name, kind, (object_code, bitcode, symbols)), *rest)
 
     def rebuild(self, target_context, payload):
-        (name, kind, (object_code, bitcode, symbols)), fndesc, env, signature, objectmode, lifted, typeann, \
-            reload_init, referenced_envs = payload
+        (name, kind, (object_code, bitcode, symbols)), *rest = payload
+        if not _LAZY_LOADS:         # a numba whose internals differ: its own load, bitcode parsed
+            return compiler.CompileResult._rebuild(target_context, (name, kind, (object_code, bitcode)), *rest)
+        fndesc, env, signature, objectmode, lifted, typeann, reload_init, referenced_envs = rest
         for initialise in reload_init or ():
             initialise()
         # what numba's CodeLibrary._unserialize does for object code, but the bitcode's parse
@@ -128,6 +130,13 @@ class _KernelCacheImpl(caching.CompileResultCacheImpl):
         for referenced in referenced_envs:
             library.codegen.set_env(referenced.env_name, referenced)
         return compiler.CompileResult(**fields)
+
+
+# the numba internals rebuild() uses instead of numba's CodeLibrary._unserialize and CompileResult._rebuild
+_LAZY_LOADS = (all(hasattr(codegen.JITCodeLibrary, name)
+                   for name in ("enable_object_caching", "_set_compiled_object", "_finalize_final_module",
+                                "_get_module_for_linking"))
+               and hasattr(codegen.JitEngine, "_load_defined_symbols") and "referenced_envs" in compiler.CR_FIELDS)
 
 
 class _KernelCache(caching.FunctionCache):

@@ -78,3 +78,13 @@ print(*loaded, user_step(np.ones(3), np.full(3, 2.0), np.zeros(3), 0.25, 0.0, Fa
     assert (kind, unparsed) == ("_LazilyLinked", "True")
     assert float(value) == 0.5 and parsed == "True"
     assert user_cache == "NullCache"        # another function keeps numba's own (here: none)
+    numbas_own_load = """
+import numpy as np, jitape_kernels
+jitape_kernels._LAZY_LOADS = False       # as where numba's internals differ from those the lazy load uses
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
+sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)
+(library,) = [c.library for c in sgd_momentum_step.overloads.values()]
+print(w[0], type(library).__name__, library._shared_module is not None)
+"""
+    assert _run(numbas_own_load, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["0.0", "JITCodeLibrary", "True"]
