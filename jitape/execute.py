@@ -42,14 +42,15 @@ def reverse(program, seeds, runner=None, complete=False, out=None):
     K = next((s.shape[1] for s in seeds if s is not None), 1)
     adjoint = _adjoint(program, K) if out is None else out
     written = np.zeros(program.slots.shape[0], np.bool_)
-    for slot, seed in zip(program.targets, seeds):
+    for slot, seed in zip(program.targets.tolist(), seeds):
         if slot >= 0 and seed is not None:
             row = program.adjoint_rows[slot]
             if row >= 0:
-                if not written[slot]:
-                    adjoint[row:row + seed.shape[0]] = 0
+                if written[slot]:       # a target listed twice: its seeds add up
+                    adjoint[row:row + seed.shape[0]] += seed
+                else:
+                    adjoint[row:row + seed.shape[0]] = seed
                     written[slot] = True
-                adjoint[row:row + seed.shape[0]] += seed
     return _sweep(program, adjoint, written, runner, complete)
 
 
@@ -143,9 +144,9 @@ def _target_row(program):
 def source_blocks(program, adjoint):
     """Each source's [size, K] block of the adjoint (None when the source is inactive)."""
     blocks = []
-    for slot, aliases in zip(program.sources, program.source_aliases):
+    for slot, aliases in zip(program.sources.tolist(), program.source_aliases):
         block = None
-        for s in (slot, *aliases.tolist()):
+        for s in (slot, *aliases.tolist()) if aliases.size else (slot,):
             row = program.adjoint_rows[s] if s >= 0 else -1
             if row >= 0:
                 part = adjoint[row:row + program.slots[s, oc.SIZE]]
