@@ -8,7 +8,6 @@ program's dtype when recorded, so float32 products match numpy's bit for bit.
 """
 import math
 
-
 from .. import njit, opcodes as oc
 from .vectormath import exp_array, log_array, sigmoid_array, tanh_array
 
