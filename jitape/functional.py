@@ -53,14 +53,12 @@ def _argnums(argnums, n_args, what):
 def _differentiable_args(args, nums, what):
     """args with Python floats among the differentiated ones made floatx arrays; ints and other dtypes
     refused, naming the argument."""
-    for i in nums:
-        if type(args[i]) is not Tensor or args[i]._value.dtype.kind != "f":
-            break
-    else:
+    unchanged = [i for i in nums if type(args[i]) is Tensor and args[i]._value.dtype.kind == "f"]
+    if len(unchanged) == len(nums):
         return args         # the common arguments, float Tensors, as they are
     args = list(args)
     for i in nums:
-        if type(args[i]) is Tensor and args[i]._value.dtype.kind == "f":
+        if i in unchanged:
             continue
         leaves = nest.flatten(args[i])
         fixed = []

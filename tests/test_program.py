@@ -190,6 +190,20 @@ def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
     np.testing.assert_array_equal(poisoned, clean)
     np.testing.assert_array_equal(poisoned_gradient, clean_gradient)
     np.testing.assert_allclose(clean_gradient, clean.sum(axis=(0, 1)), rtol=1e-12, atol=1e-12)
+
+    def traced(x):      # the gradient as a replay's gradient step, its adjoint buffer the replay's own
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            total = jt.reduce_sum(f(x))
+        return tape.gradient(total, x)
+
+    replayed = jt.function(traced)
+    replayed(jt.constant(x0))
+    clean_replay = replayed(jt.constant(x0)).numpy()     # its forward values are the kernels' (within ulps)
+    np.testing.assert_allclose(clean_replay, clean_gradient, rtol=1e-12, atol=1e-12)
+    (concrete,) = [c for variants in replayed._variants.values() for c in variants]
+    concrete._adjoint.fill(np.nan)
+    np.testing.assert_array_equal(replayed(jt.constant(x0)).numpy(), clean_replay)
     np.testing.assert_allclose(chunked, clean, rtol=1e-12, atol=1e-14)
     h = 1e-6
     for index in [(0, 0), (2, 7), (4, 23)]:
@@ -201,21 +215,33 @@ def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_the_cotangent_of_x_times_x_is_both_terms_bit_for_bit(dtype):
-    """x * x's reverse rule takes g x + g x in one pass as 2 (g x): the same numbers, overflow to inf included."""
+@pytest.mark.parametrize("first", [True, False], ids=["first-write", "adds"])
+def test_the_cotangent_of_x_times_x_is_both_terms_bit_for_bit(dtype, first):
+    """x * x's reverse rule takes both terms in one pass, in the order two passes add them: g x + g x where it
+    writes x's cotangent first, (c + g x) + g x where x's cotangent c is already there (a later reader of x, here
+    x * 3 weighted by h, wrote it), overflow to inf included; eagerly and in a jt.grad replay."""
     rng = np.random.default_rng(7)
     x0 = rng.uniform(-2.0, 2.0, 1000).astype(dtype)
     x0[:3] = [np.finfo(dtype).max, -np.finfo(dtype).max / 2, 0.0]
-    g = rng.uniform(-1.0, 1.0, 1000).astype(dtype)
+    g, h = rng.uniform(-1.0, 1.0, (2, 1000)).astype(dtype)
     g[0] = 0.75         # g x0[0] + g x0[0] overflows
-    x = jt.constant(x0)
-    with np.errstate(over="ignore"):
+    weights, later = jt.constant(g), jt.constant(h)
+
+    def f(x):
+        loss = jt.reduce_sum(weights * (x * x))
+        return loss if first else loss + jt.reduce_sum(x * 3.0 * later)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = g * x0 + g * x0 if first else (h * np.dtype(dtype).type(3) + g * x0) + g * x0
+        x = jt.constant(x0)
         with jt.GradientTape() as tape:
             tape.watch(x)
-            y = x * x
-        found = tape.gradient(y, x, output_gradients=jt.constant(g)).numpy()
-        np.testing.assert_array_equal(found, g * x0 + g * x0)
-    assert np.isinf(found[0])
+            loss = f(x)
+        np.testing.assert_array_equal(tape.gradient(loss, x).numpy(), expected)
+        replayed = jt.grad(f)
+        for _ in range(2):          # the trace, then the compiled replay
+            np.testing.assert_array_equal(replayed(x).numpy(), expected)
+    assert np.isinf(expected[0])
 
 
 @settings(max_examples=25, deadline=None)

@@ -592,12 +592,16 @@ def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b, live_a
 def binary_reverse_1d(op, a, b, y, g_out, g_a, g_b, want_a, want_b, assign_a, assign_b, same=False):
     """K = 1 on contiguous 1-D adjoints: add, subtract and multiply as plain vector loops. assign_a/_b: the
     first write of g_a/g_b (set rather than added; g_a's rows come first when both are one slot). same: both
-    inputs are one slot (x * x), whose cotangent takes both terms in one pass: g x + g x is 2 (g x) exactly."""
+    inputs are one slot (x * x), whose cotangent takes both terms in one pass, in the order two passes add them."""
     n = a.size
     if same and op == oc.MUL:
         if want_a:
             for i in range(n):
-                _put(g_a, i, 2 * (g_out[i] * b[i]), assign_a)
+                term = g_out[i] * b[i]
+                if assign_a:
+                    g_a[i] = term + term
+                else:
+                    g_a[i] = (g_a[i] + term) + term
     elif op == oc.ADD or op == oc.SUB:
         if want_a:
             for i in range(n):
