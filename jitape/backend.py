@@ -72,7 +72,7 @@ class CPU(Backend):
         "compare": ("elementwise.binary_forward", None, None, None),
         "where": ("elementwise.where_forward", "elementwise.where_linear", "elementwise.where_linear", None),
         "reduce": ("reduction.reduce_forward", "reduction.reduce_linear", "reduction.reduce_linear",
-                   "reduction.prod_second"),
+                   "reduction.reduce_second"),
         "cumsum": ("reduction.cumsum_forward", "reduction.cumsum_linear", "reduction.cumsum_linear", None),
         "mapped": ("shape.mapped_forward", "shape.mapped_linear", "shape.mapped_linear", None),
         "moved": ("shape.moved_forward", "shape.moved_linear", "shape.moved_linear", None),

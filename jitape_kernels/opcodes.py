@@ -24,7 +24,8 @@ Attribute blocks (iattr) per op family (TABLE below holds them as data)
 compare              none (GREATER..NOT_EQUAL: 0/1 values, no derivative)
 elementwise          none, except ELU/SCALE/POWC/POLYGAMMA (fattr index) and CLIP (fattr index of lo, hi);
                      STOP_GRADIENT is a copy with no derivative
-SUM/MAX/MIN/PROD     outer, n, inner          (reduce the middle axis of an [outer, n, inner] view)
+SUM/MAX/MIN/PROD/LOGSUMEXP  outer, n, inner   (reduce the middle axis of an [outer, n, inner] view; LOGSUMEXP
+                                               shifts by the largest entry where it is finite)
 CUMSUM               outer, n, inner, exclusive, reverse   (running sums along the middle axis; linear)
 TRANSPOSE            rank, in_dims[rank], perm[rank]
 TILE                 rank, in_dims[rank], out_dims[rank]   (out[i] = in[i mod in_dims], out_dims multiples of
@@ -57,10 +58,10 @@ OFFSET, SIZE, RANK, DIMS = 0, 1, 2, 3
     ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, ATAN2,
     GREATER, GREATER_EQUAL, LESS, LESS_EQUAL, EQUAL, NOT_EQUAL,
     WHERE,
-    SUM, MAX, MIN, PROD, CUMSUM,
+    SUM, MAX, MIN, PROD, LOGSUMEXP, CUMSUM,
     TRANSPOSE, TILE, SLICE, PAD, PLACE, GATHER,
     MATMUL, SOLVE, INV,
-) = range(64)
+) = range(65)
 
 FORMAT_VERSION = 1
 
@@ -86,7 +87,7 @@ TABLE = (
     ("less_equal", "compare", 2, ()), ("equal", "compare", 2, ()), ("not_equal", "compare", 2, ()),
     ("where", "where", 3, ()),
     ("sum", "reduce", 1, _REDUCE), ("max", "reduce", 1, _REDUCE), ("min", "reduce", 1, _REDUCE),
-    ("prod", "reduce", 1, _REDUCE),
+    ("prod", "reduce", 1, _REDUCE), ("logsumexp", "reduce", 1, _REDUCE),
     ("cumsum", "cumsum", 1, _REDUCE + ("exclusive", "reverse")),
     ("transpose", "mapped", 1, ("rank", "in_dims[rank]", "perm[rank]")),
     ("tile", "mapped", 1, ("rank", "in_dims[rank]", "out_dims[rank]")),
@@ -128,6 +129,7 @@ DERIVATIVE_READS = tuple(bits | (READ_OUT if name in ("sin", "cos") else 0)
 # The sweeps dispatch on contiguous opcode ranges, in this order of families; _check_table proves the table
 # has them (a new opcode in the wrong place fails at import, it can never run as its neighbour's kernel).
 UNARY_LAST = STOP_GRADIENT
+REDUCE_LAST = LOGSUMEXP
 BINARY_LAST = NOT_EQUAL          # the compare family is binary in the kernels: values 0/1, partials zero
 COMPARE_FIRST = GREATER          # compare outputs carry no derivative: activity never flows through them
 # STOP_GRADIENT and the compare family are recorded so that a replay recomputes their values, but their outputs
@@ -136,7 +138,7 @@ COMPARE_FIRST = GREATER          # compare outputs carry no derivative: activity
 FAMILY_ORDER = ("unary", "binary", "compare", "where", "reduce", "cumsum", "mapped", "moved", "matmul",
                 "solve", "inv")
 _FAMILY_BOUNDS = {"unary": (COPY, UNARY_LAST), "binary": (ADD, ATAN2), "compare": (COMPARE_FIRST, BINARY_LAST),
-                  "where": (WHERE, WHERE), "reduce": (SUM, PROD), "cumsum": (CUMSUM, CUMSUM),
+                  "where": (WHERE, WHERE), "reduce": (SUM, REDUCE_LAST), "cumsum": (CUMSUM, CUMSUM),
                   "mapped": (TRANSPOSE, PAD), "moved": (PLACE, GATHER), "matmul": (MATMUL, MATMUL),
                   "solve": (SOLVE, SOLVE), "inv": (INV, INV)}
 

@@ -1,4 +1,4 @@
-"""Reductions: reduce_sum/max/min/prod as one [outer, n, inner] instruction each; mean and logsumexp on top;
+"""Reductions: reduce_sum/max/min/prod/logsumexp as one [outer, n, inner] instruction each; mean on top;
 the running sum cumsum (one linear instruction) and cumprod.
 
 Axes that are not adjacent are first made adjacent by one transpose, so any
@@ -11,7 +11,6 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 
 from ..tensor import Tensor
-from ..tracing import _traces
 from . import elementwise as _ew
 from . import shape as _shape
 from .core import (Primitive, as_tensor, composite, constant_value, emit, float_tensor, non_differentiable,
@@ -62,10 +61,32 @@ def _prod_vjp(g, out, ins, p, w):
     return (_shape.reshape(_spread(g, outer, n, inner) * excluded, ins[0].shape),)
 
 
+def _logsumexp_np(x, outer, n, inner, out_shape):
+    """log(sum(exp(x - s))) + s along the middle axis, s the largest entry where finite, else 0 (an inf or NaN
+    entry, or an empty axis's log(0) = -inf, then comes out unshifted, as numpy's)."""
+    v = x.reshape(outer, n, inner)
+    if n == 0:
+        return np.full(out_shape, -np.inf, x.dtype)[()]
+    peak = np.maximum.reduce(v, axis=1, keepdims=True)
+    shift = np.where(np.isfinite(peak), peak, x.dtype.type(0))
+    exps = v - shift
+    np.exp(exps, out=exps)      # in place: a second large array's fresh pages cost more than the exp (5x on 640,000)
+    total = np.add.reduce(exps, axis=1)
+    return (np.log(total) + shift[:, 0]).reshape(out_shape)[()]
+
+
+def _logsumexp_vjp(g, out, ins, p, w):
+    # the softmax exp(x - out), recorded from the output: a derivative of this one sees out's dependence on x
+    outer, n, inner, _ = p
+    softmax = _ew.exp(_shape.reshape(ins[0], (outer, n, inner)) - _shape.reshape(out, (outer, 1, inner)))
+    return (_shape.reshape(_spread(g, outer, n, inner) * softmax, ins[0].shape),)
+
+
 _sum = Primitive("reduce_sum", oc.SUM, _reduce_np(np.add), _reduce_rule, _sum_vjp)
 _max = Primitive("reduce_max", oc.MAX, _reduce_np(np.maximum), _reduce_rule, _extremum_vjp)
 _min = Primitive("reduce_min", oc.MIN, _reduce_np(np.minimum), _reduce_rule, _extremum_vjp)
 _prod = Primitive("reduce_prod", oc.PROD, _reduce_np(np.multiply), _reduce_rule, _prod_vjp)
+_logsumexp = Primitive("reduce_logsumexp", oc.LOGSUMEXP, _logsumexp_np, _reduce_rule, _logsumexp_vjp)
 
 
 def reduction_axes(axis, ndim, what):
@@ -88,7 +109,7 @@ def _reduce(prim, input_tensor, axis, keepdims, what):
     out_shape = kept_shape if keepdims else tuple(d for i, d in enumerate(x.shape) if i not in axes)
     if not axes:
         return x
-    if prim is not _sum and prim is not _prod and any(x.shape[a] == 0 for a in axes):
+    if (prim is _max or prim is _min) and any(x.shape[a] == 0 for a in axes):
         raise ValueError(f"{what}: cannot reduce an empty axis (shape {x.shape}, axis {axes})")
     if axes != tuple(range(axes[0], axes[-1] + 1)):
         rest = tuple(i for i in range(x.ndim) if i not in axes)
@@ -133,25 +154,10 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
     return _ew.divide(reduce_sum(x, axes, keepdims), x.dtype.type(count))
 
 
-@composite
 def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None):
-    """log(sum(exp(x))) over `axis`, shifted by the maximum for stability."""
-    x = float_tensor(input_tensor, "reduce_logsumexp")
-    axes = reduction_axes(axis, x.ndim, "reduce_logsumexp")
-    kept_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    out_shape = kept_shape if keepdims else tuple(d for i, d in enumerate(x.shape) if i not in axes)
-    if x.size == 0:         # an empty axis: log(0) = -inf, as numpy's; no maximum to shift by
-        peak = Tensor(np.zeros(kept_shape, x.dtype))
-    elif _traces.active:
-        # recorded, so a replay shifts by its own maximum; a constant to derivatives (the shift's derivative
-        # is 1 - sum(softmax) = 0), so they do not run through the maximum
-        peak = _ew.stop_gradient(reduce_max(x, axes, keepdims=True))
-        peak = _ew.where(_ew.equal(peak - peak, 0.0), peak, 0.0)       # finite maxima only
-    else:           # a constant: numpy's maximum, not a recorded one
-        peak = np.max(x._value, axis=axes, keepdims=True)
-        peak = Tensor(np.where(np.isfinite(peak), peak, 0).astype(x.dtype)[()])
-    shifted_sum = reduce_sum(_ew.exp(x - peak), axes, keepdims)
-    return _ew.log(shifted_sum) + (peak if keepdims else _shape.reshape(peak, out_shape))
+    """log(sum(exp(x))) over `axis`, shifted by the largest entry where it is finite: one LOGSUMEXP instruction,
+    so a replay shifts by its own maximum."""
+    return _reduce(_logsumexp, float_tensor(input_tensor, "reduce_logsumexp"), axis, keepdims, "reduce_logsumexp")
 
 
 @composite

@@ -108,7 +108,7 @@ def output_layout(code, r, slots, iattr, batch, p0, p1, p2):
     if op <= oc.BINARY_LAST or op == oc.WHERE:
         out = _merge(_merge(_merge(NO_ROWS, p0), p1), p2)
         return NO_ROWS if out == -2 else out
-    if op <= oc.PROD:
+    if op <= oc.REDUCE_LAST:
         return _blocked(p0, batch, iattr[a + 1], iattr[a + 2], 1)
     if op == oc.CUMSUM:
         return _blocked(p0, batch, iattr[a + 1], iattr[a + 2], iattr[a + 1])

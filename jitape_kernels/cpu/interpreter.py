@@ -110,8 +110,8 @@ def _forward_row(code, r, slots, iattr, fattr, arena, work, temps):
         i1 = code[r, oc.IN1_OFF]
         i2 = code[r, oc.IN2_OFF]
         where_forward(x, arena[i1:i1 + size], arena[i2:i2 + size], out)
-    elif op <= oc.PROD:
-        reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2], work)
+    elif op <= oc.REDUCE_LAST:
+        reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2], work, temps)
     elif op == oc.CUMSUM:
         cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0, temps)
     elif op <= oc.PAD:
@@ -277,7 +277,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temp
         return
     if j0 < 0:
         return
-    if op <= oc.PROD:
+    if op <= oc.REDUCE_LAST:
         reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], transpose, temps, assign0)
     elif op == oc.CUMSUM:
         cumsum_linear(g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
@@ -305,7 +305,7 @@ def sets_first_write(op, K, distinct_inputs):
     elementwise kernels, the reductions, the moves whose transposed map writes each input entry once
     (TRANSPOSE, PAD, PLACE), and matmul when its operands are different slots (it writes one operand's rows
     before the other's)."""
-    return (op <= oc.BINARY_LAST or oc.SUM <= op <= oc.PROD or op == oc.TRANSPOSE or op == oc.PAD
+    return (op <= oc.BINARY_LAST or oc.SUM <= op <= oc.REDUCE_LAST or op == oc.TRANSPOSE or op == oc.PAD
             or op == oc.PLACE or (op == oc.MATMUL and distinct_inputs))
 
 

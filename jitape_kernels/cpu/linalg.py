@@ -127,27 +127,51 @@ def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w, temps):
 @njit(cache=True, error_model="numpy")
 def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
     """C' += X W' (seeded_w) or X' W where that operand's tangent is the identity's columns
-    start..start+K: one entry of the operand per column, so a copy instead of a product."""
+    start..start+K: one entry of the operand per column, so a copy instead of a product. Column c is the
+    operand's entry start + c (item, row, col in row-major order); the loops write C' ([entries, K]) row after
+    row, its columns innermost."""
     batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
     K = t_out.shape[1]
-    per_item = k * n if seeded_w else m * k
+    cols = n if seeded_w else k
+    per_item = (k if seeded_w else m) * cols
     shared = (batch_w if seeded_w else batch_x) == 1
-    # column c is the seeded operand's entry (item, row, col) = start + c: one entry of C' per example row
-    for c in range(K):
-        item, entry = divmod(start + c, per_item)
-        row, col = divmod(entry, n if seeded_w else k)
-        for b in range(matmul_batch(batch_x, batch_w)):
-            if not (shared or item == b):
-                continue
-            X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
-            if seeded_w:
-                # W' entry (row, col) = 1: C'[i, col] += X[i, row]
-                for i in range(m):
+    for b in range(matmul_batch(batch_x, batch_w)):
+        # the columns whose entries lie in batch item b's matrix (a shared operand's item 0 serves every b)
+        first = 0 if shared else min(max(b * per_item - start, 0), K)
+        stop = K if shared else min(max((b + 1) * per_item - start, 0), K)
+        if first == stop:
+            continue
+        X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
+        row0, col0 = divmod((start + first) % per_item, cols)
+        if seeded_w and n == 1:
+            # a matrix-vector product: column c is W's row row0 + c - first
+            for i in range(m):
+                target = t_out[b * m + i, first:stop]
+                source = X[i, row0:row0 + stop - first]
+                for c in range(target.size):
+                    target[c] += source[c]
+        elif seeded_w:
+            # W' entry (row, col) = 1: C'[i, col] += X[i, row]
+            for i in range(m):
+                row, col = row0, col0
+                for c in range(first, stop):
                     t_out[(b * m + i) * n + col, c] += X[i, row]
-            else:
-                # X' entry (row, col) = 1: C'[row, j] += W[col, j]
+                    col += 1
+                    if col == n:
+                        col = 0
+                        row += 1
+        else:
+            # X' entry (row, col) = 1: C'[row, j] += W[col, j], for the run of columns sharing a row
+            row, col, c = row0, col0, first
+            while c < stop:
+                run = min(stop - c, k - col)
                 for j in range(n):
-                    t_out[(b * m + row) * n + j, c] += Wm[col, j]
+                    target = t_out[(b * m + row) * n + j]
+                    for q in range(run):
+                        target[c + q] += Wm[col + q, j]
+                c += run
+                col = 0
+                row += 1
 
 
 @njit(cache=True, error_model="numpy")

@@ -1,21 +1,26 @@
-"""Compiled kernels of the reductions SUM, MAX, MIN, PROD and the running sum CUMSUM over the middle axis of an
-[outer, n, inner] view: forward, reverse, and the tangent and second-order kernels of forward-over-reverse
-Hessians."""
+"""Compiled kernels of the reductions SUM, MAX, MIN, PROD, LOGSUMEXP and the running sum CUMSUM over the middle
+axis of an [outer, n, inner] view: forward, reverse, and the tangent and second-order kernels of
+forward-over-reverse Hessians."""
+import math
+
 import numpy as np
 
 from .. import njit, opcodes as oc
 from .elementwise import _put
+from .vectormath import exp_value
 from .workspace import LANES, frames, lanes
 
 
 @njit(cache=True, error_model="numpy")
-def reduce_forward(op, x, out, outer, n, inner, work):
+def reduce_forward(op, x, out, outer, n, inner, work, temps):
     # arrays reshaped to [outer, n, inner] and indexed from loop counters, never from computed offsets: numba
     # wraps negative indices, and an offset LLVM cannot prove non-negative keeps a loop from vectorising
     if op == oc.SUM:
         _sum_forward(x, out, outer, n, inner, work)
     elif op == oc.PROD:
         _prod_across_rows(x.reshape(outer, n, inner), out.reshape(outer, inner))
+    elif op == oc.LOGSUMEXP:
+        _logsumexp_forward(x.reshape(outer, n, inner), out.reshape(outer, inner), lanes(work).view(x.dtype), temps)
     elif inner == 1:
         _extrema_of_rows(x.reshape(outer, n), out, op == oc.MAX, lanes(work).view(x.dtype))
     else:
@@ -72,21 +77,27 @@ def _extrema_of_rows(x2, out, largest, running):
     """out[o] = the largest (smallest) of row o, NaN if any entry is. running: LANES entries of scratch (the
     sweep's workspace); LLVM keeps them in vector registers, where scalars it does not vectorise (1.6x slower on a
     640,000-entry row)."""
-    outer, n = x2.shape
+    for o in range(x2.shape[0]):
+        out[o] = _row_extremum(x2, o, largest, running)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _row_extremum(x2, o, largest, running):
+    """The largest (smallest) entry of row o, NaN if any entry is, in LANES running values (see _extrema_of_rows)."""
+    n = x2.shape[1]
     init = x2.dtype.type(-np.inf if largest else np.inf)
     stop = n - n % LANES
-    for o in range(outer):
+    for j in range(LANES):
+        running[j] = init
+    for b in range(0, stop, LANES):
         for j in range(LANES):
-            running[j] = init
-        for b in range(0, stop, LANES):
-            for j in range(LANES):
-                running[j] = _further(x2[o, b + j], running[j], largest)
-        best = init
-        for j in range(LANES):
-            best = _further(running[j], best, largest)
-        for a in range(stop, n):
-            best = _further(x2[o, a], best, largest)
-        out[o] = best
+            running[j] = _further(x2[o, b + j], running[j], largest)
+    best = init
+    for j in range(LANES):
+        best = _further(running[j], best, largest)
+    for a in range(stop, n):
+        best = _further(x2[o, a], best, largest)
+    return best
 
 
 @njit(cache=True, error_model="numpy")
@@ -100,6 +111,53 @@ def _extrema_across_rows(x3, out2, largest):
         for a in range(n):
             for i in range(inner):
                 out2[o, i] = _further(x3[o, a, i], out2[o, i], largest)
+
+
+# entries of a contiguous row whose exponentials are taken in one vector loop, then summed
+EXP_BLOCK = 1024
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _shift(peak):
+    """logsumexp's shift: the largest entry where it is finite, else 0 (an inf or NaN largest entry, or an empty
+    axis's -inf, then gives inf, NaN or log(0) = -inf unshifted, as numpy's)."""
+    return peak if peak - peak == 0 else 0.0
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _logsumexp_forward(x3, out2, running, temps):
+    """out2[o, i] = log(sum over a of exp(x3[o, a, i] - s)) + s, s the _shift of the largest x3[o, :, i]; along a
+    contiguous axis the exponentials of EXP_BLOCK entries at a time go to temps and are summed as lane_sum sums,
+    across rows each column's sum runs in temps[:inner] (vector loops over inner)."""
+    outer, n, inner = x3.shape
+    if inner == 1:
+        x2 = x3.reshape(outer, n)
+        block = temps[:min(n, EXP_BLOCK)]
+        for o in range(outer):
+            shift = _shift(_row_extremum(x2, o, True, running))
+            total = 0.0
+            for start in range(0, n, EXP_BLOCK):
+                part = x2[o, start:min(start + EXP_BLOCK, n)]
+                for a in range(part.size):
+                    block[a] = exp_value(part[a] - shift)
+                total += lane_sum(block, 0, part.size)
+            out2[o, 0] = math.log(total) + shift
+        return
+    sums = temps[:inner]
+    for o in range(outer):
+        for i in range(inner):
+            out2[o, i] = -np.inf
+        for a in range(n):
+            for i in range(inner):
+                out2[o, i] = _further(x3[o, a, i], out2[o, i], True)
+        for i in range(inner):
+            out2[o, i] = _shift(out2[o, i])
+            sums[i] = 0
+        for a in range(n):
+            for i in range(inner):
+                sums[i] += exp_value(x3[o, a, i] - out2[o, i])
+        for i in range(inner):
+            out2[o, i] = math.log(sums[i]) + out2[o, i]
 
 
 @njit(cache=True, error_model="numpy")
@@ -214,6 +272,42 @@ def _prod_partials(x, base, n, inner, d):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _partials(op, x, y, base, n, inner, d):
+    """d[a] = the partial derivative of the reduced entry y by its input x[base + a * inner]: PROD's product of
+    the other entries, LOGSUMEXP's softmax exp(x - y)."""
+    if op == oc.PROD:
+        _prod_partials(x, base, n, inner, d)
+    else:
+        for a in range(n):
+            d[a] = exp_value(x[base + a * inner] - y)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _logsumexp_transposed(x, y, g_out, g_in, outer, n, inner, assign):
+    """LOGSUMEXP's cotangents, K = 1: g_in (+)= g_out times the softmax exp(x - y) of its reduced entry y, in
+    vector loops over [outer, n, inner] views (see reduce_forward)."""
+    if inner == 1:
+        x2 = x.reshape(outer, n)
+        g2 = g_in.reshape(outer, n)
+        for o in range(outer):
+            g = g_out[o]
+            peak = y[o]
+            row = g2[o]
+            for a in range(n):
+                _put(row, a, g * exp_value(x2[o, a] - peak), assign)
+        return
+    x3 = x.reshape(outer, n, inner)
+    g3 = g_in.reshape(outer, n, inner)
+    y2 = y.reshape(outer, inner)
+    go2 = g_out.reshape(outer, inner)
+    for o in range(outer):
+        for a in range(n):
+            row = g3[o, a]
+            for i in range(inner):
+                _put(row, i, go2[o, i] * exp_value(x3[o, a, i] - y2[o, i]), assign)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _ties(x, extremum, base, n, inner):
     """How many of the entries x[base + a * inner] equal their extremum (at least 1, so a NaN extremum, which
     nothing equals, divides by 1): TensorFlow splits a MAX/MIN cotangent evenly between tied extrema."""
@@ -236,13 +330,18 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, temps
     if op == oc.SUM:
         _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign)
         return
-    if op != oc.PROD and K == 1 and transpose:
+    extremum = op == oc.MAX or op == oc.MIN
+    if K == 1 and transpose and op == oc.LOGSUMEXP:
+        _logsumexp_transposed(x, y, out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), outer, n,
+                              inner, assign)
+        return
+    if K == 1 and transpose and extremum:
         _extremum_transposed(x, y, out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size), outer, n,
                              inner, assign, temps)
         return
     if assign:
         in_rows[:] = 0
-    if op != oc.PROD:
+    if extremum:
         _extremum_linear(x, y, out_rows, in_rows, outer, n, inner, transpose)
         return
     d = temps[:n]
@@ -250,7 +349,7 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, temps
         for i in range(inner):
             base = o * n * inner + i
             r = o * inner + i
-            _prod_partials(x, base, n, inner, d)
+            _partials(op, x, y[r], base, n, inner, d)
             for a in range(n):
                 e = base + a * inner
                 for k in range(K):
@@ -413,7 +512,44 @@ def _sum_across_rows(out2, in3, transpose, assign):
 
 
 @njit(cache=True, error_model="numpy")
-def prod_second(x, g_out, t_in, gt_in, outer, n, inner, temps):
+def reduce_second(op, x, y, g_out, t_in, gt_in, outer, n, inner, temps):
+    """The second-order term of the reductions whose Jacobian depends on x (PROD, LOGSUMEXP): gt_in += g_out times
+    the tangent of the partials along t_in; the others' partials are locally constant (no term)."""
+    if op == oc.PROD:
+        _prod_second(x, g_out, t_in, gt_in, outer, n, inner, temps)
+    elif op == oc.LOGSUMEXP:
+        _logsumexp_second(x, y, g_out, t_in, gt_in, outer, n, inner, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def _logsumexp_second(x, y, g_out, t_in, gt_in, outer, n, inner, temps):
+    """LOGSUMEXP's second-order term: the softmax p's tangent is p (t - p . t), so gt_in[a] += g p_a (t_a - p . t)
+    (the Hessian diag(p) - p p^T times t). temps: the n partials, then the K dot products p . t."""
+    K = t_in.shape[1]
+    p = temps[:n]
+    dots = temps[n:n + K]
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            r = o * inner + i
+            g = g_out[r]
+            if g == 0:
+                continue
+            _partials(oc.LOGSUMEXP, x, y[r], base, n, inner, p)
+            dots[:] = 0
+            for a in range(n):
+                e = base + a * inner
+                for k in range(K):
+                    dots[k] += p[a] * t_in[e, k]
+            for a in range(n):
+                e = base + a * inner
+                c = g * p[a]
+                for k in range(K):
+                    gt_in[e, k] += c * (t_in[e, k] - dots[k])
+
+
+@njit(cache=True, error_model="numpy")
+def _prod_second(x, g_out, t_in, gt_in, outer, n, inner, temps):
     """PROD's second-order term: gt_in[a] += g * d/dt (product of the entries other than a).
 
     The product excluding a is prefix[a] * suffix[a]; their tangents follow the
@@ -526,6 +662,8 @@ def temps_entries(op, iattr, a):
         return inner, inner         # running sums across inner (one column, the forward), or K columns each
     if op == oc.PROD:
         return n, n + 1             # the partials; second order: suffix products and their K tangents
+    if op == oc.LOGSUMEXP:
+        return max(n, inner), 1     # the partials, a block of exponentials or the sums across inner; K dot products
     if op == oc.MAX or op == oc.MIN:
         return inner, 0             # tie counts across inner
     return 0, 0

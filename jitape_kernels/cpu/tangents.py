@@ -20,7 +20,7 @@ from .elementwise import binary_second, binary_tangent, unary_reverse, unary_sec
 from .interpreter import params, reverse_instruction, value_of
 from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tangent, matmul_tangent, solve_second,
                      solve_tangent)
-from .reduction import cumsum_linear, prod_second, reduce_linear
+from .reduction import cumsum_linear, reduce_linear, reduce_second
 from .shape import mapped_linear, moved_linear
 from .unowned import unowned
 from .workspace import new_work
@@ -41,7 +41,7 @@ def _reads_tangents(op, code, r):
         return has1, has1, False
     if op == oc.POW or op == oc.ATAN2:
         return True, True, False
-    if op == oc.PROD:
+    if op == oc.PROD or op == oc.LOGSUMEXP:
         return True, False, False
     if op == oc.SOLVE:
         return has0, False, has0
@@ -171,7 +171,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
             solve_tangent(iattr, a, x, y, t0, t1, t_out, j0 >= 0, j1 >= 0, temps)
         elif j0 < 0:
             continue
-        elif op <= oc.PROD:
+        elif op <= oc.REDUCE_LAST:
             reduce_linear(op, x, y, t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], transpose, temps)
         elif op == oc.CUMSUM:
             cumsum_linear(t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
@@ -210,9 +210,9 @@ def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, a
             p0, p1 = params(op, iattr, fattr, a)
             unary_second(op, x, y, g_out, t0, gt0, p0, p1)
         return
-    if op == oc.PROD:
+    if op == oc.PROD or op == oc.LOGSUMEXP:
         if live0:
-            prod_second(x, g_out, t0, gt0, iattr[a], iattr[a + 1], iattr[a + 2], temps)
+            reduce_second(op, x, y, g_out, t0, gt0, iattr[a], iattr[a + 1], iattr[a + 2], temps)
         return
     if op == oc.INV:
         if live0:

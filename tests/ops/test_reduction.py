@@ -1,0 +1,134 @@
+"""reduce_logsumexp, one LOGSUMEXP instruction, on values the registry's [-2, 2] draws never reach: entries far
+from 0, -inf entries, infinite and NaN results, and rows longer than the forward kernel's block of exponentials,
+along a contiguous axis and across rows, on every path (eager, replayed, K columns, tangents, second order,
+the recorded VJP, per-example)."""
+import numpy as np
+import pytest
+import scipy.special
+
+import jitape as jt
+from jitape.execute import lowered, source_jacobians
+from jitape_kernels import opcodes as oc
+from jitape_kernels.cpu.reduction import EXP_BLOCK
+
+
+def _softmax(x, axis):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _rows(axis, n, rng, offset=0.0):
+    """(3, n) or (n, 3) entries around `offset`, reduced along n (axis 1: contiguous rows; axis 0: across rows)."""
+    shape = (3, n) if axis == 1 else (n, 3)
+    return offset + rng.normal(scale=3.0, size=shape)
+
+
+CASES = {
+    "far from 0": lambda axis, rng: _rows(axis, 7, rng, offset=1000.0),
+    "far below 0": lambda axis, rng: _rows(axis, 7, rng, offset=-1000.0),
+    "-inf entries": lambda axis, rng: np.where(_rows(axis, 6, rng) > 1.0, -np.inf, _rows(axis, 6, rng)),
+    "past one block": lambda axis, rng: _rows(axis, EXP_BLOCK + 37, rng, offset=500.0),
+}
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_logsumexp_values_and_gradients_agree_on_every_path(case, axis):
+    x0 = CASES[case](axis, np.random.default_rng(7))
+    x0[np.isinf(x0).all(axis=axis, keepdims=True) & np.ones_like(x0, bool)] = 0.0    # no all -inf line here
+    expected = scipy.special.logsumexp(x0, axis=axis)
+    softmax = _softmax(x0, axis)
+    x = jt.constant(x0)
+
+    def f(v):
+        return jt.reduce_logsumexp(v, axis=axis)
+
+    np.testing.assert_allclose(f(x).numpy(), expected, rtol=1e-13)
+    np.testing.assert_allclose(jt.function(f)(x).numpy(), expected, rtol=1e-13)        # the compiled forward
+    weights = jt.constant(np.arange(1.0, 4.0))
+
+    def loss(v):
+        return jt.reduce_sum(f(v) * weights)
+
+    expected_grad = softmax * (np.arange(1.0, 4.0)[None, :] if axis == 0 else np.arange(1.0, 4.0)[:, None])
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = f(x)
+        total = jt.reduce_sum(y * weights)
+    np.testing.assert_allclose(tape.gradient(total, x).numpy(), expected_grad, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(jt.grad(loss)(x).numpy(), expected_grad, rtol=1e-12, atol=1e-300)
+    jacobian = np.zeros((3,) + x0.shape)
+    for r in range(3):
+        jacobian[(r,) + ((slice(None), r) if axis == 0 else (r, slice(None)))] = (
+            softmax[:, r] if axis == 0 else softmax[r])
+    np.testing.assert_allclose(tape.jacobian(y, x).numpy(), jacobian, rtol=1e-12, atol=1e-300)
+    program = lowered(tape, [y], [x])
+    for mode in ("reverse", "forward"):     # K columns of cotangents, and of tangents
+        (got,) = source_jacobians(program, y.size, [x], mode)
+        np.testing.assert_allclose(got.reshape(jacobian.shape), jacobian, rtol=1e-12, atol=1e-300, err_msg=mode)
+    np.testing.assert_allclose(jt.jacobian(f)(x).numpy(), jacobian, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_logsumexp_hessians_far_from_0_by_second_order_sweeps_and_the_recorded_vjp(axis):
+    """The Hessian of a line's logsumexp is diag(p) - p p^T (p its softmax): the compiled forward-over-reverse
+    sweep, jt.hessian's replay, and nested tapes (the recorded VJP, differentiated again) all give it."""
+    x0 = _rows(axis, 5, np.random.default_rng(3), offset=800.0)
+    x0[0, 0] = -np.inf
+    p = _softmax(x0, axis)
+    expected = np.zeros(x0.shape * 2)
+    for line in range(3):
+        index = (lambda a: (a, line)) if axis == 0 else (lambda a: (line, a))
+        for a in range(5):
+            for b in range(5):
+                expected[index(a) + index(b)] = p[index(a)] * ((a == b) - p[index(b)])
+    x = jt.constant(x0)
+
+    def loss(v):
+        return jt.reduce_sum(jt.reduce_logsumexp(v, axis=axis))
+
+    with jt.GradientTape(persistent=True) as outer:
+        outer.watch(x)
+        with jt.GradientTape() as inner:
+            inner.watch(x)
+            value = loss(x)
+        gradient = inner.gradient(value, x)
+    np.testing.assert_allclose(outer.jacobian(gradient, x).numpy(), expected, atol=1e-15)
+    np.testing.assert_allclose(outer.hessian(value, x).numpy(), expected, atol=1e-15)
+    np.testing.assert_allclose(jt.hessian(loss)(x).numpy(), expected, atol=1e-15)
+
+
+def test_logsumexp_results_are_inf_nan_or_minus_inf_where_numpy_s_are():
+    x0 = np.array([[1.0, np.inf, 2.0], [np.nan, 0.0, 1.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 1e308, 1e308]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = np.log(np.sum(np.exp(x0 - 1e308 * (x0 == 1e308)), axis=1)) + 1e308 * np.any(x0 == 1e308, axis=1)
+    f = jt.function(lambda v: jt.reduce_logsumexp(v, axis=1))
+    with np.errstate(divide="ignore"):      # numpy's log(0) warns, as in np.log(np.sum(np.exp(x0), axis=1))
+        eager = jt.reduce_logsumexp(jt.constant(x0), axis=1).numpy()
+    for got in (eager, f(jt.constant(x0)).numpy()):
+        np.testing.assert_array_equal(got, expected)
+    assert jt.reduce_logsumexp(jt.constant(np.zeros((2, 0))), axis=1).numpy().tolist() == [-np.inf, -np.inf]
+    assert f(jt.constant(np.zeros((2, 0)))).numpy().tolist() == [-np.inf, -np.inf]
+
+
+def test_per_example_gradients_of_a_logsumexp_over_each_example_s_features():
+    rng = np.random.default_rng(5)
+    x0, w0 = rng.normal(size=(4, 6)) * 30.0, rng.normal(size=6)
+    x, w = jt.constant(x0), jt.Variable(w0)
+    with jt.GradientTape() as tape:
+        losses = jt.reduce_logsumexp(x * w, axis=1)
+    (got,) = tape.per_example_gradients(losses, [w])
+    np.testing.assert_allclose(got.numpy(), _softmax(x0 * w0, 1) * x0, rtol=1e-12, atol=1e-300)
+
+
+def test_a_traced_logsumexp_is_one_instruction_whose_replay_shifts_by_its_own_maximum():
+    small, big = np.array([1.0, 2.0, 3.0]), np.array([1000.0, 1001.0, 999.0])
+    concrete = jt.function(lambda v: jt.reduce_logsumexp(v)).twin().concrete(jt.constant(small))
+    assert [oc.NAMES[op] for op in concrete.code[:, oc.OP]] == ["logsumexp"]
+    f = jt.function(lambda v: jt.reduce_logsumexp(v))
+    f(jt.constant(small))
+    assert float(f(jt.constant(big))) == pytest.approx(scipy.special.logsumexp(big), rel=1e-15)
+    g = jt.grad(lambda v: jt.reduce_logsumexp(v))
+    g(jt.constant(small))
+    np.testing.assert_allclose(g(jt.constant(big)).numpy(), _softmax(big, 0), rtol=1e-12)
+    assert f.trace_count == 1
