@@ -286,13 +286,18 @@ def test_python_calls_independent_of_tape_length(method):
 
 
 @pytest.mark.parametrize("budget", [None, 200])
-@pytest.mark.parametrize("case", ["left", "right", "left batched", "right batched", "both"])
+@pytest.mark.parametrize("case", ["left", "right", "right vector", "left batched", "right batched",
+                                  "right batched source", "right batched vectors", "both"])
 def test_matmul_with_the_seeded_source_as_an_operand(case, budget, monkeypatch):
     """A matmul whose operand is the seeded source copies the identity's columns instead of multiplying
-    (forward-mode Jacobians and Hessians, possibly in chunks that start mid-source)."""
+    (forward-mode Jacobians and Hessians, possibly in chunks that start mid-source): either operand, a vector
+    source (one column: a matrix-vector product), a batch of one shared by the other's items or a batched
+    source whose columns each reach one item."""
     rng = np.random.default_rng(5)
-    shapes = {"left": ((3, 2), (2, 5)), "right": ((4, 3), (3, 2)), "left batched": ((2, 3, 2), (2, 4)),
-              "right batched": ((2, 3, 4), (4, 2)), "both": ((3, 3), (3, 3))}
+    shapes = {"left": ((3, 2), (2, 5)), "right": ((4, 3), (3, 2)), "right vector": ((4, 3), (3, 1)),
+              "left batched": ((2, 3, 2), (2, 4)), "right batched": ((2, 3, 4), (4, 2)),
+              "right batched source": ((2, 3, 4), (2, 4, 2)), "right batched vectors": ((3, 4, 3), (3, 3, 1)),
+              "both": ((3, 3), (3, 3))}
     x_shape, other_shape = shapes[case]
     source = jt.constant(rng.normal(size=other_shape if case.startswith("right") else x_shape))
     other = jt.constant(rng.normal(size=x_shape if case.startswith("right") else other_shape))

@@ -20,7 +20,7 @@ def reduce_forward(op, x, out, outer, n, inner, work, temps):
     elif op == oc.PROD:
         _prod_across_rows(x.reshape(outer, n, inner), out.reshape(outer, inner))
     elif op == oc.LOGSUMEXP:
-        _logsumexp_forward(x.reshape(outer, n, inner), out.reshape(outer, inner), lanes(work).view(x.dtype), temps)
+        _logsumexp_forward(x.reshape(outer, n, inner), out.reshape(outer, inner), work, temps)
     elif inner == 1:
         _extrema_of_rows(x.reshape(outer, n), out, op == oc.MAX, lanes(work).view(x.dtype))
     else:
@@ -113,10 +113,6 @@ def _extrema_across_rows(x3, out2, largest):
                 out2[o, i] = _further(x3[o, a, i], out2[o, i], largest)
 
 
-# entries of a contiguous row whose exponentials are taken in one vector loop, then summed
-EXP_BLOCK = 1024
-
-
 @njit(cache=True, error_model="numpy", inline="always")
 def _shift(peak):
     """logsumexp's shift: the largest entry where it is finite, else 0 (an inf or NaN largest entry, or an empty
@@ -124,24 +120,37 @@ def _shift(peak):
     return peak if peak - peak == 0 else 0.0
 
 
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
+def _row_exp_sum(x2, o, shift, running):
+    """The sum of exp(x2[o, a] - shift) along row o in LANES float64 running sums: one vector loop that reads the
+    row once (as _row_extremum's)."""
+    n = x2.shape[1]
+    stop = n - n % LANES
+    for j in range(LANES):
+        running[j] = 0
+    for b in range(0, stop, LANES):
+        for j in range(LANES):
+            running[j] += exp_value(x2[o, b + j] - shift)
+    total = 0.0
+    for j in range(LANES):
+        total += running[j]
+    for a in range(stop, n):
+        total += exp_value(x2[o, a] - shift)
+    return total
+
+
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
-def _logsumexp_forward(x3, out2, running, temps):
-    """out2[o, i] = log(sum over a of exp(x3[o, a, i] - s)) + s, s the _shift of the largest x3[o, :, i]; along a
-    contiguous axis the exponentials of EXP_BLOCK entries at a time go to temps and are summed as lane_sum sums,
-    across rows each column's sum runs in temps[:inner] (vector loops over inner)."""
+def _logsumexp_forward(x3, out2, work, temps):
+    """out2[o, i] = log(sum over a of exp(x3[o, a, i] - s)) + s, s the _shift of the largest x3[o, :, i]: along a
+    contiguous axis two passes over each row in running lanes (its maximum, then its exponentials' sum); across
+    rows each column's sum runs in temps[:inner] (vector loops over inner)."""
     outer, n, inner = x3.shape
     if inner == 1:
         x2 = x3.reshape(outer, n)
-        block = temps[:min(n, EXP_BLOCK)]
+        extrema, sums = lanes(work).view(x3.dtype), lanes(work).view(np.float64)     # one after the other
         for o in range(outer):
-            shift = _shift(_row_extremum(x2, o, True, running))
-            total = 0.0
-            for start in range(0, n, EXP_BLOCK):
-                part = x2[o, start:min(start + EXP_BLOCK, n)]
-                for a in range(part.size):
-                    block[a] = exp_value(part[a] - shift)
-                total += lane_sum(block, 0, part.size)
-            out2[o, 0] = math.log(total) + shift
+            shift = _shift(_row_extremum(x2, o, True, extrema))
+            out2[o, 0] = math.log(_row_exp_sum(x2, o, shift, sums)) + shift
         return
     sums = temps[:inner]
     for o in range(outer):
@@ -663,7 +672,7 @@ def temps_entries(op, iattr, a):
     if op == oc.PROD:
         return n, n + 1             # the partials; second order: suffix products and their K tangents
     if op == oc.LOGSUMEXP:
-        return max(n, inner), 1     # the partials, a block of exponentials or the sums across inner; K dot products
+        return max(n, inner), 1     # the partials or the sums across inner; second order: K dot products
     if op == oc.MAX or op == oc.MIN:
         return inner, 0             # tie counts across inner
     return 0, 0

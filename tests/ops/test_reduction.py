@@ -1,7 +1,7 @@
 """reduce_logsumexp, one LOGSUMEXP instruction, on values the registry's [-2, 2] draws never reach: entries far
-from 0, -inf entries, infinite and NaN results, and rows longer than the forward kernel's block of exponentials,
-along a contiguous axis and across rows, on every path (eager, replayed, K columns, tangents, second order,
-the recorded VJP, per-example)."""
+from 0, -inf entries, infinite and NaN results, and lines longer than the forward kernel's running lanes (with a
+tail), along a contiguous axis and across rows, on every path (eager, replayed, K columns, tangents, second
+order, the recorded VJP, per-example)."""
 import numpy as np
 import pytest
 import scipy.special
@@ -9,7 +9,7 @@ import scipy.special
 import jitape as jt
 from jitape.execute import lowered, source_jacobians
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu.reduction import EXP_BLOCK
+from jitape_kernels.cpu.workspace import LANES
 
 
 def _softmax(x, axis):
@@ -27,7 +27,7 @@ CASES = {
     "far from 0": lambda axis, rng: _rows(axis, 7, rng, offset=1000.0),
     "far below 0": lambda axis, rng: _rows(axis, 7, rng, offset=-1000.0),
     "-inf entries": lambda axis, rng: np.where(_rows(axis, 6, rng) > 1.0, -np.inf, _rows(axis, 6, rng)),
-    "past one block": lambda axis, rng: _rows(axis, EXP_BLOCK + 37, rng, offset=500.0),
+    "long lines": lambda axis, rng: _rows(axis, 16 * LANES + 37, rng, offset=500.0),
 }
 
 
