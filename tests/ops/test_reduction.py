@@ -105,20 +105,24 @@ def test_logsumexp_results_are_inf_nan_or_minus_inf_where_numpy_s_are():
     f = jt.function(lambda v: jt.reduce_logsumexp(v, axis=1))
     with np.errstate(divide="ignore"):      # numpy's log(0) warns, as in np.log(np.sum(np.exp(x0), axis=1))
         eager = jt.reduce_logsumexp(jt.constant(x0), axis=1).numpy()
-    for got in (eager, f(jt.constant(x0)).numpy()):
+        traced, replayed = f(jt.constant(x0)).numpy(), f(jt.constant(x0)).numpy()
+    for got in (eager, traced, replayed):
         np.testing.assert_array_equal(got, expected)
     assert jt.reduce_logsumexp(jt.constant(np.zeros((2, 0))), axis=1).numpy().tolist() == [-np.inf, -np.inf]
     assert f(jt.constant(np.zeros((2, 0)))).numpy().tolist() == [-np.inf, -np.inf]
 
 
-def test_per_example_gradients_of_a_logsumexp_over_each_example_s_features():
+def test_per_example_gradients_of_logsumexps_over_each_example_and_over_the_parameters():
+    """One logsumexp per example's features (a row instruction, one column) and one over the parameters alone,
+    shared by every example (a parameter instruction, a column per example)."""
     rng = np.random.default_rng(5)
     x0, w0 = rng.normal(size=(4, 6)) * 30.0, rng.normal(size=6)
     x, w = jt.constant(x0), jt.Variable(w0)
     with jt.GradientTape() as tape:
-        losses = jt.reduce_logsumexp(x * w, axis=1)
+        losses = jt.reduce_logsumexp(x * w, axis=1) + jt.reduce_logsumexp(w * 50.0)
     (got,) = tape.per_example_gradients(losses, [w])
-    np.testing.assert_allclose(got.numpy(), _softmax(x0 * w0, 1) * x0, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(got.numpy(), _softmax(x0 * w0, 1) * x0 + 50.0 * _softmax(w0 * 50.0, 0),
+                               rtol=1e-12, atol=1e-300)
 
 
 def test_a_traced_logsumexp_is_one_instruction_whose_replay_shifts_by_its_own_maximum():
