@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.layout import BLOCK, reverse_groups, run_layout, scalar_runs
+from jitape_kernels.layout import BLOCK, logsumexp_stashes, reverse_groups, run_layout, scalar_runs
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest
@@ -264,9 +264,12 @@ class Concrete:
         self._moves = np.array(moves, np.int64).reshape(-1, 4)
         self._step_groups, self._step_places, n_reverse = reverse_groups(self._step_code, self._steps, self.slots,
                                                                          self._moves)
+        self._run_code, self._step_code, n_stash = logsumexp_stashes(self._run_code, self._step_code, self.slots)
         self._scalars = scalar_runs(self._run_code, self.slots, self._steps[:, 0])
         self._step_scalars = scalar_runs(self._step_code, self.slots, steps=self._steps)
-        self._scratch = np.empty(max(n_scratch, n_reverse) * BLOCK, self.dtype)     # the two kinds run apart
+        # the fused groups' buffers (the forward's and the reverse's run apart), then the stashes
+        self._scratch_blocks = max(n_scratch, n_reverse)
+        self._scratch = np.empty(self._scratch_blocks * BLOCK + n_stash, self.dtype)
         self._adjoint = np.empty((n_adjoint, 1), self.dtype)
         guards, n_expected = [], 0
         for slot, expected, _ in self.slot_guards:
@@ -397,7 +400,7 @@ class Concrete:
         adjoint_shape = (max(self._adjoint.shape[0], program.adjoint_size), columns)
         device = backends.current(backend_name)
         steps, step_code = np.vstack([self._steps, [step]]), np.vstack([self._step_code, program.code])
-        fused, places, n_scratch = self._fused, self._places, self._scratch.size // BLOCK
+        fused, places, n_scratch = self._fused, self._places, self._scratch_blocks
         if not self._fuses:
             # a differentiated variant keeps every value for its other uses; this purpose's replays need only
             # the outputs and what the gradient steps read: fused groups on the canonical layout
@@ -406,10 +409,13 @@ class Concrete:
         self.purpose_layouts[purpose] = fused, places
         moves = np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)])
         step_groups, step_places, n_reverse = reverse_groups(step_code, steps, self.slots, moves)
-        scratch = np.empty(max(n_scratch, n_reverse) * BLOCK, self.dtype)
-        self._bindings[purpose] = (device, [self._run_code, self.slots, self.iattr, self.fattr, self.arena, steps,
+        run_code, n_stash = self._run_code, 0
+        if columns == 1:
+            run_code, step_code, n_stash = logsumexp_stashes(run_code, step_code, self.slots)
+        scratch = np.empty(max(n_scratch, n_reverse) * BLOCK + n_stash, self.dtype)
+        self._bindings[purpose] = (device, [run_code, self.slots, self.iattr, self.fattr, self.arena, steps,
                                             step_code, moves, None, self._guards, self._expected, fused, places,
-                                            scratch, device.replay_temps(self._run_code, step_code, self.iattr,
+                                            scratch, device.replay_temps(run_code, step_code, self.iattr,
                                                                          columns, self.dtype), step_groups,
                                             step_places, self._scalars,
                                             scalar_runs(step_code, self.slots, steps=steps)])
@@ -478,7 +484,7 @@ class Concrete:
     def program(self, targets, sources):
         """The derivative Program of `targets` w.r.t. `sources` (slots) over this variant's arena: planned once
         and kept (its arena is the one every run fills)."""
-        if self._run_code is not self.code:
+        if self._fuses:
             raise ValueError("Concrete.program: this variant replays in its run layout, which keeps only outputs, "
                              "guards and writes; derivatives use the Function's twin() (traced to be differentiated)")
         key = (tuple(targets), tuple(sources))

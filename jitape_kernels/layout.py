@@ -11,10 +11,11 @@ value it replaces (_in_place). The canonical layout (every slot's own rows)
 stays what derivatives, tapes and saving see; this one is derived from it per
 traced variant.
 
-Every replay, plain or taking gradients, also runs two plans of this module:
+Every replay, plain or taking gradients, also runs three plans of this module:
 the fused reverse groups of its gradient steps (reverse_groups, the reverse
-sweep's counterpart of the fused groups) and the compact rows of its scalar
-runs (scalar_runs).
+sweep's counterpart of the fused groups), the compact rows of its scalar
+runs (scalar_runs), and the stashes where a differentiated logsumexp's forward
+leaves its exponentials for its reverse (logsumexp_stashes).
 
 Host code shared by every backend, planned once per variant.
 """
@@ -232,6 +233,28 @@ def _reverse_places(code, bottom, top, writers, kept, places):
             places[r, 0] = place[out]
             free.append(place.pop(out))
     return used
+
+
+def logsumexp_stashes(run_code, step_code, slots):
+    """(run code, step code, entries): copies of a replay's codes whose LOGSUMEXP rows that a gradient step with
+    one column differentiates (the step's row has an active input) have a stash (opcodes.STASH): `entries` more
+    at the end of the replay's scratch, where the forward row leaves its exponentials and their sums' reciprocals
+    and the step's row reads them (reduction.logsumexp_forward, logsumexp_from_stash), so that reverse takes
+    no second pass of exponentials. The fused groups' scratch buffers come before them."""
+    reverse = (step_code[:, oc.OP] == oc.LOGSUMEXP) & (step_code[:, oc.IN0_ADJ] >= 0)
+    marked = (run_code[:, oc.OP] == oc.LOGSUMEXP) & (run_code[:, oc.STASH] >= 0)
+    if not reverse.any() and not marked.any():
+        return run_code, step_code, 0
+    run_code, step_code = run_code.copy(), step_code.copy()
+    for code in (run_code, step_code):
+        code[code[:, oc.OP] == oc.LOGSUMEXP, oc.STASH] = -1
+    entries = 0
+    for r in np.flatnonzero((run_code[:, oc.OP] == oc.LOGSUMEXP) & np.isin(run_code[:, oc.OUT],
+                                                                           step_code[reverse, oc.OUT])).tolist():
+        entries += int(slots[run_code[r, oc.IN0], oc.SIZE] + slots[run_code[r, oc.OUT], oc.SIZE])
+        run_code[r, oc.STASH] = entries
+        step_code[reverse & (step_code[:, oc.OUT] == run_code[r, oc.OUT]), oc.STASH] = entries
+    return run_code, step_code, entries
 
 
 def _runs(scalar, cuts):

@@ -18,6 +18,10 @@ ATTR      start of the op's block in iattr (-1 when the op has none)
 OUT_OFF   arena offset of the output    IN0_OFF..IN2_OFF   arena offsets of the inputs
 OUT_ADJ   adjoint row of the output     IN0_ADJ..IN2_ADJ   adjoint rows of the inputs
           (-1 when the slot is inactive: not between the sources and the target)
+STASH     (IN1_OFF of a LOGSUMEXP row, which has no IN1) in a replay's run and step code: how many entries
+          before the end of the replay's scratch its stash starts, where the forward leaves its exponentials
+          and their sums' reciprocals for the reverse of a gradient step with one column (-1: none; see
+          jitape_kernels.layout.logsumexp_stashes)
 
 Attribute blocks (iattr) per op family (TABLE below holds them as data)
 -----------------------------------------------------------------------
@@ -43,6 +47,7 @@ import numpy as np
 
 W = 14
 OP, OUT, IN0, IN1, IN2, ATTR, OUT_OFF, IN0_OFF, IN1_OFF, IN2_OFF, OUT_ADJ, IN0_ADJ, IN1_ADJ, IN2_ADJ = range(W)
+STASH = IN1_OFF
 
 MAXRANK = 8
 S = 3 + MAXRANK

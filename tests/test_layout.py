@@ -347,3 +347,95 @@ def test_scalar_runs_in_traced_gradient_steps_and_jacobians():
             tape.watch(x)
             y = jt.stack([_scalar_chain(x[0], x[1]), x[0] * x[1]])
         np.testing.assert_allclose(jacobian(x).numpy(), tape.jacobian(y, x).numpy(), rtol=1e-12)
+
+
+def _lines(axis, rows):
+    """rows as lines of the reduced axis: (3, n) along axis 1 (contiguous), (n, 3) along axis 0."""
+    rows = np.asarray(rows, np.float64)
+    return rows if axis == 1 else np.ascontiguousarray(rows.T)
+
+
+STASH_CASES = {
+    "far from 0": lambda axis, rng: _lines(axis, 1000.0 + 3.0 * rng.normal(size=(3, 7))),
+    "long lines": lambda axis, rng: _lines(axis, 3.0 * rng.normal(size=(3, FUSE_MIN_SIZE + 5))),
+    "-inf entries": lambda axis, rng: _lines(axis, np.where(rng.normal(size=(3, 9)) > 0.8, -np.inf,
+                                                            rng.normal(size=(3, 9)))),
+    # an inf line (inf result), a NaN line, an all -inf line (-inf result): NaN cotangents where eager has them
+    "inf, NaN and -inf lines": lambda axis, rng: _lines(axis, [[1.0, np.inf, 2.0], [np.nan, 0.0, 1.0],
+                                                               [-np.inf, -np.inf, -np.inf]]),
+}
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("case", sorted(STASH_CASES))
+def test_replayed_logsumexp_gradients_read_the_exponentials_their_forward_stashed(case, axis):
+    """A logsumexp that a replay's gradient step with one column differentiates (jt.grad's bound step, and a
+    tape's gradient inside the function) gets a stash (layout.logsumexp_stashes): its forward leaves the
+    exponentials and their sums' reciprocals at the end of the replay's scratch and its reverse reads them. The
+    gradients equal the eager sweep's (exp(x - y)) with NaN where it has NaN, on new values each call; a
+    Jacobian's replay (K columns) and a replay nothing differentiates plan no stash."""
+    rng = np.random.default_rng(11)
+    weights = jt.constant(np.arange(1.0, 4.0))
+
+    def loss(v):
+        return jt.reduce_sum(jt.reduce_logsumexp(v, axis=axis) * weights)
+
+    def eager(x):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            total = loss(x)
+        return tape.gradient(total, x)
+
+    fn = Function(loss, differentiated=True)
+    derivative, step, forward = jt.grad(fn), jt.function(eager), Function(loss)
+    for _ in range(3):      # traced, then replayed on new values
+        x = jt.constant(STASH_CASES[case](axis, rng))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            expected = eager(x).numpy()
+            for got in (derivative(x), step(x)):
+                np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=1e-300)
+            forward(x)
+    entries = x.numpy().size + 3
+    arrays = _bound_arrays(_only_variant(fn))
+    for run_code, scratch in ((arrays["code"], arrays["scratch"]),
+                              (_only_variant(step)._run_code, _only_variant(step)._scratch)):
+        (row,) = np.flatnonzero(run_code[:, oc.OP] == oc.LOGSUMEXP)
+        assert run_code[row, oc.STASH] == entries and scratch.size >= entries
+    (row,) = np.flatnonzero(arrays["step_code"][:, oc.OP] == oc.LOGSUMEXP)
+    assert arrays["step_code"][row, oc.STASH] == entries
+    run_code = _only_variant(forward)._run_code
+    assert np.all(run_code[run_code[:, oc.OP] == oc.LOGSUMEXP, oc.STASH] < 0)
+    lines = Function(lambda v: jt.reduce_logsumexp(v, axis=axis), differentiated=True)
+    jacobian = jt.jacobian(lines)
+    x = jt.constant(STASH_CASES[case](axis, rng))
+    with jt.GradientTape() as tape, np.errstate(invalid="ignore", divide="ignore"):
+        tape.watch(x)
+        y = jt.reduce_logsumexp(x, axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = tape.jacobian(y, x).numpy()
+        for _ in range(2):
+            np.testing.assert_allclose(jacobian(x).numpy(), expected, rtol=1e-12, atol=1e-300)
+    run_code = _bound_arrays(_only_variant(lines))["code"]
+    assert np.all(run_code[run_code[:, oc.OP] == oc.LOGSUMEXP, oc.STASH] < 0)
+
+
+def test_two_gradient_steps_share_one_logsumexp_stash():
+    """Two gradients of one logsumexp inside a function (two steps of one replay) read the one stash its forward
+    left; both equal eager."""
+    def f(v):
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(v)
+            y = jt.reduce_logsumexp(v * 2.0)
+            z = y * y
+        return tape.gradient(y, v), tape.gradient(z, v)
+
+    traced = jt.function(f)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x = jt.constant(rng.normal(size=50) * 4.0)
+        for got, want in zip(traced(x), f(x)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    concrete = _only_variant(traced)
+    assert len(concrete.gradient_steps) == 2
+    stashed = concrete._step_code[concrete._step_code[:, oc.OP] == oc.LOGSUMEXP, oc.STASH]
+    assert stashed.size == 2 and np.all(stashed == 50 + 1)     # 50 exponentials, one reciprocal

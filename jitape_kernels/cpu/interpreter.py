@@ -210,11 +210,48 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
             _scalar_run_forward(scalars, r, stop, iattr, fattr, arena)
             r = stop
             continue
+        if _stashes(code, r):
+            a = code[r, oc.ATTR]
+            reduction.logsumexp_forward(_entries(code, r, oc.IN0_OFF, arena, 0, slots[code[r, oc.IN0], oc.SIZE]),
+                                        _entries(code, r, oc.OUT_OFF, arena, 0, slots[code[r, oc.OUT], oc.SIZE]),
+                                        iattr[a], iattr[a + 1], iattr[a + 2], work, temps, _stash(code, r, slots, scratch))
+            r += 1
+            continue
         q = r + 1
-        while q < r1 and fused[q] <= q and scalars[q, SC_RUN] <= q:
+        while q < r1 and fused[q] <= q and scalars[q, SC_RUN] <= q and not _stashes(code, q):
             q += 1
         _forward_span(code, r, q, slots, iattr, fattr, arena, work, temps)
         r = q
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _stashes(code, r):
+    """Whether row r is a LOGSUMEXP with a stash in a replay's scratch (opcodes.STASH)."""
+    return code[r, oc.OP] == oc.LOGSUMEXP and code[r, oc.STASH] >= 0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _stash(code, r, slots, scratch):
+    """Row r's stash (see _stashes): its input's size and then its output's size of entries, starting
+    code[r, STASH] entries before the end of `scratch`."""
+    start = scratch.size - code[r, oc.STASH]
+    return scratch[start:start + slots[code[r, oc.IN0], oc.SIZE] + slots[code[r, oc.OUT], oc.SIZE]]
+
+
+@njit(cache=True, error_model="numpy")
+def _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, stash):
+    """_reverse_row of a LOGSUMEXP row with a stash, one column: its input's cotangent from the stashed
+    exponentials (reduction.logsumexp_from_stash), set where written first (as every reduction's)."""
+    j0 = code[r, oc.IN0_ADJ]
+    if not written[code[r, oc.OUT]] or j0 < 0:
+        return
+    first = not written[code[r, oc.IN0]]
+    written[code[r, oc.IN0]] = True
+    a = code[r, oc.ATTR]
+    go = code[r, oc.OUT_ADJ]
+    reduction.logsumexp_from_stash(stash, flat[go:go + slots[code[r, oc.OUT], oc.SIZE]],
+                                   flat[j0:j0 + slots[code[r, oc.IN0], oc.SIZE]], iattr[a], iattr[a + 1],
+                                   iattr[a + 2], first)
 
 
 @njit(cache=True, error_model="numpy")
@@ -367,6 +404,10 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                     fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch,
                                   scalars)
                     r -= groups[r]
+                    continue
+                if _stashes(code, r):
+                    _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, _stash(code, r, slots, scratch))
+                    r -= 1
                     continue
         _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes)
         r -= 1

@@ -1,7 +1,8 @@
 """reduce_logsumexp, one LOGSUMEXP instruction, on values the registry's [-2, 2] draws never reach: entries far
 from 0, -inf entries, infinite and NaN results, and lines longer than the forward kernel's running lanes (with a
 tail), along a contiguous axis and across rows, on every path (eager, replayed, K columns, tangents, second
-order, the recorded VJP, per-example)."""
+order, the recorded VJP, per-example). The replayed maxima and minima of rows on both sides of the kernels'
+short-row loop (eight running values) and of their lanes, with NaN anywhere."""
 import numpy as np
 import pytest
 import scipy.special
@@ -9,6 +10,7 @@ import scipy.special
 import jitape as jt
 from jitape.execute import lowered, source_jacobians
 from jitape_kernels import opcodes as oc
+from jitape_kernels.cpu.reduction import SHORT_EXTREMA
 from jitape_kernels.cpu.workspace import LANES
 
 
@@ -136,3 +138,24 @@ def test_a_traced_logsumexp_is_one_instruction_whose_replay_shifts_by_its_own_ma
     g(jt.constant(small))
     np.testing.assert_allclose(g(jt.constant(big)).numpy(), _softmax(big, 0), rtol=1e-12)
     assert f.trace_count == 1
+
+
+@pytest.mark.parametrize("reduce,reference", [(jt.reduce_max, np.max), (jt.reduce_min, np.min)])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 17, 100, SHORT_EXTREMA - 1, SHORT_EXTREMA, SHORT_EXTREMA + LANES + 9])
+def test_replayed_row_extrema_equal_numpy_s_with_nan_anywhere(reduce, reference, n):
+    """Rows shorter than SHORT_EXTREMA run in eight running values, longer ones in LANES lanes: the replay's
+    extrema and their gradients (the cotangent at the extremum) equal numpy's; a NaN in any running value's
+    entries, or in the tail, makes its row's result NaN."""
+    rng = np.random.default_rng(n)
+    x0 = rng.normal(size=(12, n))
+    for row, at in enumerate(range(0, min(n, 11))):
+        x0[row + 1, at] = np.nan
+    x0[0] = rng.permutation(np.arange(float(n)))        # a distinct extremum: the gradient is one entry
+    f = jt.function(lambda v: reduce(v, axis=1))
+    g = jt.grad(lambda v: reduce(v, axis=1)[0])
+    x = jt.constant(x0)
+    for _ in range(2):      # traced, then replayed
+        np.testing.assert_array_equal(f(x).numpy(), reference(x0, axis=1))
+        expected = np.zeros_like(x0)
+        expected[0, np.argmax(x0[0]) if reduce is jt.reduce_max else np.argmin(x0[0])] = 1.0
+        np.testing.assert_array_equal(g(x).numpy(), expected)
