@@ -2,13 +2,15 @@
 
 - The sweeps' per-thread workspace (`workspace`): arena, adjoint, tangent and kernel scratch buffers reused
   across sweeps.
-- Large buffers that outlive a call: a persistent tape's Programs keep their arena and cotangents. A fresh
+- Large buffers that outlive a call: a persistent tape's Programs keep their arena and cotangents, and large
+  eager results live in them (`fresh`: the array is its buffer's owner). A fresh
   multi-megabyte buffer costs a page fault per 4 KiB on its first touch (7 ms for 40 MB here, more than a
   sweep over it), and glibc hands buffers above 32 MiB back to the system when freed, so every new tape would
   pay it again. Such buffers are handed out here (take, keep), and once their owner is gone and nothing else
   references them (no view of them survives), they are handed out again; at most
   jt.config.workspace_reuse_bytes of them wait unused.
 """
+import math
 import sys
 import threading
 import weakref
@@ -18,9 +20,11 @@ import numpy as np
 from . import config
 
 _MIN_BYTES = 1 << 20            # smaller buffers come from malloc's free lists without page faults
+LARGE_BYTES = _MIN_BYTES        # eager results of at least this many bytes are written into fresh() arrays
 
 _lock = threading.RLock()     # re-entrant: an owner can die (a callback) while take() holds it
-_owned = []                     # (weak reference to the owner, the buffer as uint8), oldest first
+_owned = []                     # (weak reference to the owner, the buffer as uint8, whether the owner is an array
+                                # viewing the buffer: see _unused), oldest first
 
 
 def take(size, dtype):
@@ -45,24 +49,42 @@ def keep(owner, array):
     root = array if array.base is None else array.base
     if root.dtype == np.uint8 and root.nbytes >= _MIN_BYTES:
         with _lock:
-            _owned.append((weakref.ref(owner, _owner_gone), root))
+            _owned.append((weakref.ref(owner, _owner_gone), root, owner is array and array.base is root))
+
+
+def fresh(shape, dtype):
+    """An uninitialised array of `shape` for an eager op's result (written with out=): at least _MIN_BYTES come
+    from a buffer handed out again (no page faults on its first touch: numpy's own result of an 8 MB
+    elementwise op took 1.3 ms here, one written into a reused buffer 0.4), owned by the array itself, so
+    the buffer waits for reuse once the array and every view of it are gone."""
+    dtype = np.dtype(dtype)
+    size = math.prod(shape)
+    if size * dtype.itemsize < _MIN_BYTES:
+        return np.empty(shape, dtype)
+    array = take(size, dtype).reshape(shape)
+    keep(array, array)
+    return array
 
 
 def _owner_gone(reference):
-    # while the owner is being freed its buffers are still referenced (by it): keep within the budget only
+    # while the owner is being freed its buffers are still referenced (by it): keep within the budget only. An
+    # array that owns its buffer (fresh) references it once, as its base: past the budget it is forgotten now,
+    # and freed with the array
     with _lock:
-        _unused(forget_shared=False)
+        _unused(forget_shared=False, dying=reference)
 
 
-def _unused(forget_shared=True):
+def _unused(forget_shared=True, dying=None):
     """The entries whose owner is gone and whose buffer nothing else references, oldest first, at most the
     budget's worth (unused ones beyond it are forgotten). With forget_shared, so are entries whose owner is gone
-    but whose buffer something still references (a view handed to the user): it dies with that reference."""
+    but whose buffer something still references (a view handed to the user): it dies with that reference.
+    dying: the weak reference of an owner being freed; its array's base reference to the buffer is allowed."""
     unused = []
     for entry in list(_owned):
         if entry[0]() is not None:
             continue
-        if sys.getrefcount(entry[1]) <= 2:      # only the entry's reference and this call's
+        # only the entry's reference and this call's (and the base of a dying array that owns it)
+        if sys.getrefcount(entry[1]) <= 2 + (entry[0] is dying and entry[2]):
             unused.append(entry)
         elif forget_shared:
             _forget(entry)

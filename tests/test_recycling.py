@@ -68,7 +68,7 @@ def test_unused_buffers_stay_within_the_budget(monkeypatch):
         recycling.keep(owner, recycling.take(MB // 8, np.float64))     # 1 MiB each
     del owners, owner
     gc.collect()
-    assert sum(b.nbytes for _, b in recycling._owned) <= 3 * MB
+    assert sum(entry[1].nbytes for entry in recycling._owned) <= 3 * MB
 
 
 def test_small_buffers_are_plain_arrays():
@@ -93,3 +93,37 @@ def test_persistent_tapes_reuse_their_predecessors_buffers():
     expected = np.exp(x.numpy()) * (x.numpy() + 1)
     for g in gradients:
         np.testing.assert_allclose(g, expected, rtol=1e-14)
+
+
+@pytest.mark.parametrize("op", [lambda a, b: a + b, lambda a, b: a - b[:1], lambda a, b: jt.exp(a),
+                                lambda a, b: a * 3.0,
+                                lambda a, b: jt.matmul(a, jt.transpose(b)),
+                                lambda a, b: jt.matmul(jt.reshape(a, (2, 256, 512)), jt.reshape(b, (2, 512, 256)))])
+def test_large_eager_results_live_in_reused_buffers_never_shared_with_a_live_value(op):
+    """An eager op's result of at least LARGE_BYTES is written into a recycling.fresh array, which owns its
+    buffer: once the result and its views are gone the next large result reuses the buffer, never while the
+    result, a view of it or a tape's copy of it lives; the values are numpy's."""
+    rng = np.random.default_rng(0)
+    a0, b0 = rng.normal(size=(512, 512)), rng.normal(size=(512, 512))
+    a, b = jt.constant(a0), jt.constant(b0)
+    expected = op(a, b).numpy().copy()
+    first = op(a, b)
+    address = _address(first._value)
+    np.testing.assert_array_equal(first.numpy(), expected)
+    view = first._value[3:5]
+    with jt.GradientTape() as tape:      # a recording tape keeps its recorded values too
+        tape.watch(a)
+        recorded = op(a, b)
+    del first
+    gc.collect()
+    held = [op(a, b) for _ in range(3)]
+    assert all(_address(h._value) != address for h in held)        # the view keeps it
+    np.testing.assert_array_equal(view, expected[3:5])
+    addresses = {_address(h._value) for h in held}
+    del view, held
+    gc.collect()
+    again = op(a, b)
+    assert _address(again._value) in addresses        # handed out again
+    np.testing.assert_array_equal(again.numpy(), expected)
+    np.testing.assert_array_equal(recorded.numpy(), expected)
+    assert _address(recorded._value) != address

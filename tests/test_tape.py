@@ -421,7 +421,7 @@ def test_persistent_tape_releases_when_deleted():
         assert tape_ref() is None, "something keeps the deleted tape alive"
         assert ref() is None, "a recorded tensor outlived its persistent tape"
         # its Programs' large buffers wait to be handed out again (jitape.recycling), within the budget
-        waiting = sum(buffer.nbytes for owner, buffer in recycling._owned if owner() is None)
+        waiting = sum(entry[1].nbytes for entry in recycling._owned if entry[0]() is None)
         assert waiting <= jt.config.workspace_reuse_bytes
         held = tracemalloc.get_traced_memory()[0] - base - waiting
     finally:

@@ -9,6 +9,7 @@ import numpy as np
 
 from jitape_kernels import opcodes as oc
 
+from ..recycling import LARGE_BYTES, fresh
 from ..tensor import _FLOATS, Tensor
 from ..tracing import _traces, observe_all
 from . import shape as _shape
@@ -30,9 +31,14 @@ def _mask(condition, like):
 def _unary(name, opcode, forward, vjp):
     prim = Primitive(name, opcode, forward, _same, lambda g, out, ins, p, w: (vjp(g, out, ins[0]),))
 
+    into = isinstance(forward, np.ufunc)      # a large result goes into a recycled buffer (recycling.fresh)
+
     def op(x, name=None):
         x = x if isinstance(x, Tensor) and x._value.dtype.kind == "f" else float_tensor(x, prim.name)
-        return emit(prim, (x,), forward(x._value))
+        v = x._value
+        if into and v.nbytes >= LARGE_BYTES:
+            return emit(prim, (x,), forward(v, out=fresh(v.shape, v.dtype)))
+        return emit(prim, (x,), forward(v))
 
     op.__name__ = name
     op.__qualname__ = name
@@ -180,6 +186,8 @@ def clip_by_value(t, clip_value_min, clip_value_max):
 
 
 def _scale_np(x, c):
+    if x.nbytes >= LARGE_BYTES:
+        return np.multiply(x, c, out=fresh(x.shape, x.dtype))
     return (x * c)[()]
 
 
@@ -248,6 +256,7 @@ _FLOAT32, _FLOAT64 = _FLOATS
 
 def _binary(name, opcode, forward, vjp):
     prim = Primitive(name, opcode, forward, _binary_shape, vjp)
+    into = isinstance(forward, np.ufunc)      # a large result goes into a recycled buffer (recycling.fresh)
 
     def op(x, y, name=None):
         # the common case, two float tensors of one dtype and shape, without promote's call (a tenth of a
@@ -256,11 +265,16 @@ def _binary(name, opcode, forward, vjp):
             xv, yv = x._value, y._value
             dtype = xv.dtype
             if yv.dtype is dtype and (dtype is _FLOAT64 or dtype is _FLOAT32) and xv.shape == yv.shape:
+                if into and xv.nbytes >= LARGE_BYTES:
+                    return emit(prim, (x, y), forward(xv, yv, out=fresh(xv.shape, dtype)))
                 return emit(prim, (x, y), forward(xv, yv))
         x, y = promote(x, y)
         if x._value.shape != y._value.shape:
             x, y = _broadcast_pair(x, y, prim.name)
-        return emit(prim, (x, y), forward(x._value, y._value))
+        xv, yv = x._value, y._value
+        if into and xv.nbytes >= LARGE_BYTES and xv.dtype == yv.dtype:
+            return emit(prim, (x, y), forward(xv, yv, out=fresh(xv.shape, xv.dtype)))
+        return emit(prim, (x, y), forward(xv, yv))
 
     op.__name__ = name
     op.__qualname__ = name

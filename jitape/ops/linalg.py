@@ -7,6 +7,7 @@ import numpy as np
 
 from jitape_kernels import opcodes as oc
 
+from ..recycling import LARGE_BYTES, fresh
 from . import elementwise as _ew
 from . import reduction as _red
 from . import shape as _shape
@@ -15,9 +16,15 @@ from .core import Primitive, as_tensor, broadcast_shapes, composite, emit, float
 
 # -- matmul ----------------------------------------------------------------------------------
 def _matmul_np(a, b, batch_a, batch_b, m, k, n, out_shape):
+    batch = max(batch_a, batch_b) if batch_a and batch_b else 0
+    large = a.dtype == b.dtype and batch * m * n * a.itemsize >= LARGE_BYTES
+    out = fresh(out_shape, a.dtype) if large else None        # the result's own array (recycling.fresh)
     if batch_a == 1 and batch_b == 1:
-        return np.dot(a.reshape(m, k), b.reshape(k, n)).reshape(out_shape)[()]
-    return np.matmul(a.reshape(batch_a, m, k), b.reshape(batch_b, k, n)).reshape(out_shape)[()]
+        product = np.dot(a.reshape(m, k), b.reshape(k, n), None if out is None else out.reshape(m, n))
+    else:
+        product = np.matmul(a.reshape(batch_a, m, k), b.reshape(batch_b, k, n),
+                            out=None if out is None else out.reshape(batch, m, n))
+    return out if large else product.reshape(out_shape)[()]
 
 
 def _matmul_shape(sa, sb, batch_a, batch_b, m, k, n, out_shape):
