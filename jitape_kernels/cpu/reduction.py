@@ -385,7 +385,6 @@ def logsumexp_from_stash(stash, g_out, g_in, outer, n, inner, assign):
     softmax exp(x - y) is exps / sum, so the cotangents take one multiply per entry, no exponential."""
     exps = stash[:g_in.size].reshape(outer, n, inner)
     inverse = stash[g_in.size:g_in.size + g_out.size].reshape(outer, inner)
-    g3 = g_in.reshape(outer, n, inner)
     go2 = g_out.reshape(outer, inner)
     if inner == 1:
         e2, g2 = exps.reshape(outer, n), g_in.reshape(outer, n)
@@ -395,6 +394,7 @@ def logsumexp_from_stash(stash, g_out, g_in, outer, n, inner, assign):
             for a in range(n):
                 _put(row, a, scale * e2[o, a], assign)
         return
+    g3 = g_in.reshape(outer, n, inner)
     for o in range(outer):
         for a in range(n):
             row = g3[o, a]
