@@ -328,8 +328,11 @@ def unary_forward(op, x, out, p0, p1):
         for i in range(n):
             out[i] = -x[i]
     elif op == oc.SCALE:
+        # in the arrays' dtype (the factor was recorded in it: float32 products are the double product's
+        # rounding), where a float64 factor would halve the float32 vectors
+        c = x.dtype.type(p0)
         for i in range(n):
-            out[i] = x[i] * p0
+            out[i] = x[i] * c
     elif op == oc.SQUARE:
         for i in range(n):
             out[i] = x[i] * x[i]
@@ -438,10 +441,10 @@ def binary_value(op, a, b):
         return a / b
     if op == oc.POW:
         return a ** b
-    if op == oc.MAXIMUM:
-        return max(a, b)
+    if op == oc.MAXIMUM:        # numpy's rules: a NaN in either operand is the result, ties give b (signed zeros)
+        return a if a > b or a != a else b
     if op == oc.MINIMUM:
-        return min(a, b)
+        return a if a < b or a != a else b
     if op == oc.ATAN2:      # atan2(a, b) = the angle of the point (b, a), TensorFlow's argument order (y, x)
         return math.atan2(a, b)
     # the compare family: 1.0 where the comparison holds, else 0.0
@@ -479,10 +482,10 @@ def binary_partials(op, a, b, y):
     if op == oc.POW:
         db = y * math.log(a) if a > 0 else zero
         return b * a ** (b - 1), db
-    if op == oc.MAXIMUM:
-        return (one, zero) if a >= b else (zero, one)
+    if op == oc.MAXIMUM:        # as the Python VJPs' masks: where either operand is NaN, neither gets g
+        return (one if a >= b else zero), (one if a < b else zero)
     if op == oc.MINIMUM:
-        return (one, zero) if a <= b else (zero, one)
+        return (one if a <= b else zero), (one if a > b else zero)
     if op == oc.ATAN2:
         r = a * a + b * b
         return b / r, -a / r
@@ -531,6 +534,30 @@ def binary_forward(op, a, b, out):
     elif op == oc.DIV:
         for i in range(n):
             out[i] = a[i] / b[i]
+    elif op == oc.MAXIMUM:      # binary_value's rules, in the arrays' dtype
+        for i in range(n):
+            out[i] = a[i] if a[i] > b[i] or a[i] != a[i] else b[i]
+    elif op == oc.MINIMUM:
+        for i in range(n):
+            out[i] = a[i] if a[i] < b[i] or a[i] != a[i] else b[i]
+    elif op == oc.GREATER:      # the compare family as selects (binary_value's dispatch per entry: 5-9x slower)
+        for i in range(n):
+            out[i] = 1.0 if a[i] > b[i] else 0.0
+    elif op == oc.GREATER_EQUAL:
+        for i in range(n):
+            out[i] = 1.0 if a[i] >= b[i] else 0.0
+    elif op == oc.LESS:
+        for i in range(n):
+            out[i] = 1.0 if a[i] < b[i] else 0.0
+    elif op == oc.LESS_EQUAL:
+        for i in range(n):
+            out[i] = 1.0 if a[i] <= b[i] else 0.0
+    elif op == oc.EQUAL:
+        for i in range(n):
+            out[i] = 1.0 if a[i] == b[i] else 0.0
+    elif op == oc.NOT_EQUAL:
+        for i in range(n):
+            out[i] = 1.0 if a[i] != b[i] else 0.0
     else:
         for i in range(n):
             out[i] = binary_value(op, a[i], b[i])

@@ -202,6 +202,9 @@ def broadcast_block(iattr, a, x, out, start, work):
     collapsed axis, each a copy or a fill. Regions 0-3 of `work`."""
     dims, steps = broadcast_axes(iattr, a, 1, work)
     m = dims.size
+    if m == 2:      # a column or a row broadcast (most are): two counters, no index arrays (2x faster)
+        _broadcast_block_2d(x, out, start, dims[1], steps[0], steps[1])
+        return
     index = region(work, 3, m)
     rest = start
     at = 0      # x's entry at `index`
@@ -229,6 +232,30 @@ def broadcast_block(iattr, a, x, out, start, work):
             index[d] = 0
             d -= 1
             index[d] += 1
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _broadcast_block_2d(x, out, start, run, step0, step1):
+    """broadcast_block over two collapsed axes: a column broadcast (step1 0: each run fills one entry of x) or a
+    row broadcast (step0 0: each run copies x)."""
+    i0 = start // run
+    i1 = start - i0 * run
+    e = 0
+    n = out.size
+    while e < n:
+        count = min(run - i1, n - e)
+        run_out = out[e:e + count]      # loops over slices from 0: indices numba knows are not negative vectorise
+        if step1 == 0:
+            value = x[i0 * step0]
+            for j in range(count):
+                run_out[j] = value
+        else:
+            run_in = x[i1:i1 + count]
+            for j in range(count):
+                run_out[j] = run_in[j]
+        e += count
+        i1 = 0
+        i0 += 1
 
 
 @njit(cache=True, error_model="numpy")
