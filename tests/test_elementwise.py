@@ -91,3 +91,59 @@ def test_scale_replays_equal_eager(dtype, n):
     replayed(jt.constant(_operands(n, dtype, seed=1)[0]))
     x = jt.constant(_operands(n, dtype, seed=2)[0])
     _same_bits(replayed(x).numpy(), f(x).numpy())
+
+
+# rules that pick or compare values (numpy's maximum and minimum: NaN wins, ties give the second operand)
+EXACT_UNARY = {
+    "relu": jt.nn.relu, "sign": jt.sign, "abs": jt.abs,
+    "clip": lambda x: jt.clip_by_value(x, 0.0, 1.5),        # a bound of 0: signed zeros
+}
+ROUNDED_UNARY = {"elu": jt.nn.elu, "softplus": jt.nn.softplus}
+
+
+@pytest.mark.parametrize("n", [7, 300, FUSE_MIN_SIZE + 5])
+@pytest.mark.parametrize("name", sorted(EXACT_UNARY) + sorted(ROUNDED_UNARY))
+def test_unary_replays_equal_eager_on_special_values(name, n):
+    call = EXACT_UNARY.get(name) or ROUNDED_UNARY[name]
+    replayed = jt.function(call)
+    replayed(jt.constant(_operands(n, np.float64, seed=1)[0]))
+    x = jt.constant(_operands(n, np.float64, seed=2)[0])
+    actual, expected = replayed(x).numpy(), call(x).numpy()
+    if name in EXACT_UNARY:
+        _same_bits(actual, expected)
+    else:
+        np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+        np.testing.assert_allclose(actual, expected, rtol=1e-15, atol=0)
+        zeros = expected == 0
+        np.testing.assert_array_equal(np.signbit(actual[zeros]), np.signbit(expected[zeros]))
+
+
+PICKING = {
+    "maximum": jt.maximum, "minimum": jt.minimum, "relu": lambda a, b: jt.nn.relu(a) * b,
+    "abs": lambda a, b: jt.abs(a) * b, "clip": lambda a, b: jt.clip_by_value(a, 0.0, 1.5) * b,
+    # reductions whose cotangents are NaN for some lines (b's first entries: every SPECIAL value)
+    "reduce_max_of_rows": lambda a, b: jt.reduce_max(jt.reshape(a, (8, 8)), axis=1) * b[:8],
+    "reduce_min_across_rows": lambda a, b: jt.reduce_min(jt.reshape(a, (8, 8)), axis=0) * b[:8],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PICKING))
+def test_partials_at_special_values_equal_the_python_vjps(name):
+    """The compiled reverse sweeps (one column and K columns) and the Python VJPs (a recording tape) agree entry
+    by entry, NaN included: a NaN cotangent times a partial of 0 is NaN on every path."""
+    a, b = map(jt.constant, _operands(64, np.float64))
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch([a, b])
+        y = PICKING[name](a, b)
+    compiled = tape.gradient(y, [a, b], unconnected_gradients="zero")
+    compiled_jacobian = tape.jacobian(y, a)
+    with jt.GradientTape(persistent=True) as enclosing:
+        enclosing.watch([a, b])
+        recorded = tape.gradient(y, [a, b], unconnected_gradients="zero")
+        recorded_jacobian = tape.jacobian(y, a)
+    pairs = list(zip(compiled, recorded)) + [(compiled_jacobian, recorded_jacobian)]
+    for c, r in pairs:
+        actual, expected = c.numpy(), r.numpy()
+        np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+        finite = ~np.isnan(expected)
+        np.testing.assert_array_equal(actual[finite], expected[finite])

@@ -181,6 +181,18 @@ def special_second_derivative(op, x, y, p0):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def maximum(a, b):
+    """numpy's maximum: a NaN in either operand is the result, ties (signed zeros) give b."""
+    return a if a > b or a != a else b
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def minimum(a, b):
+    """numpy's minimum (see maximum)."""
+    return a if a < b or a != a else b
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def unary_value(op, x, p0, p1):
     x = float(x)
     if op == oc.COPY:
@@ -208,20 +220,20 @@ def unary_value(op, x, p0, p1):
     if op == oc.ABS:
         return abs(x)
     if op == oc.SIGN:
-        return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
+        return 1.0 if x > 0 else (-1.0 if x < 0 else (x if x != x else 0.0))     # numpy's sign: NaN stays NaN
     if op == oc.SIGMOID:
         if x >= 0:
             return 1 / (1 + math.exp(-x))
         e = math.exp(x)
         return e / (1 + e)
     if op == oc.RELU:
-        return x if x > 0 else 0.0
+        return maximum(x, 0.0)
     if op == oc.ELU:
-        return x if x > 0 else p0 * math.expm1(x)
+        return x if x > 0 else p0 * math.expm1(minimum(x, 0.0))
     if op == oc.SOFTPLUS:
-        return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+        return maximum(x, 0.0) + math.log1p(math.exp(-abs(x)))
     if op == oc.CLIP:
-        return min(max(x, p0), p1)
+        return minimum(maximum(x, p0), p1)
     if op == oc.SCALE:
         return p0 * x
     if op == oc.POWC:
@@ -257,7 +269,7 @@ def unary_derivative(op, x, y, p0, p1):
     if op == oc.TANH:
         return 1 - y * y
     if op == oc.ABS:
-        return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
+        return 1.0 if x > 0 else (-1.0 if x < 0 else (x if x != x else 0.0))     # numpy's sign: NaN stays NaN
     if op == oc.SIGN:
         return 0.0
     if op == oc.SIGMOID:
@@ -341,7 +353,7 @@ def unary_forward(op, x, out, p0, p1):
             out[i] = math.sqrt(x[i])
     elif op == oc.RELU:
         for i in range(n):
-            out[i] = x[i] if x[i] > 0 else 0.0
+            out[i] = maximum(x[i], 0.0)
     elif op == oc.EXP:
         exp_array(x, out)
     elif op == oc.LOG:
@@ -393,8 +405,9 @@ def unary_reverse_1d(op, x, y, g_out, g_in, p0, p1, assign):
         for i in range(n):
             _put(g_in, i, g_out[i] * c, assign)
     elif op == oc.RELU:
+        one, zero = g_out.dtype.type(1), g_out.dtype.type(0)
         for i in range(n):
-            _put(g_in, i, g_out[i] if x[i] > 0 else g_out.dtype.type(0), assign)
+            _put(g_in, i, g_out[i] * (one if x[i] > 0 else zero), assign)     # a NaN cotangent stays NaN (as g * derivative)
     elif op == oc.SQUARE:
         for i in range(n):
             _put(g_in, i, g_out[i] * (x[i] + x[i]), assign)
@@ -441,10 +454,10 @@ def binary_value(op, a, b):
         return a / b
     if op == oc.POW:
         return a ** b
-    if op == oc.MAXIMUM:        # numpy's rules: a NaN in either operand is the result, ties give b (signed zeros)
-        return a if a > b or a != a else b
+    if op == oc.MAXIMUM:
+        return maximum(a, b)
     if op == oc.MINIMUM:
-        return a if a < b or a != a else b
+        return minimum(a, b)
     if op == oc.ATAN2:      # atan2(a, b) = the angle of the point (b, a), TensorFlow's argument order (y, x)
         return math.atan2(a, b)
     # the compare family: 1.0 where the comparison holds, else 0.0
@@ -534,12 +547,12 @@ def binary_forward(op, a, b, out):
     elif op == oc.DIV:
         for i in range(n):
             out[i] = a[i] / b[i]
-    elif op == oc.MAXIMUM:      # binary_value's rules, in the arrays' dtype
+    elif op == oc.MAXIMUM:      # in the arrays' dtype: the bits binary_value gives
         for i in range(n):
-            out[i] = a[i] if a[i] > b[i] or a[i] != a[i] else b[i]
+            out[i] = maximum(a[i], b[i])
     elif op == oc.MINIMUM:
         for i in range(n):
-            out[i] = a[i] if a[i] < b[i] or a[i] != a[i] else b[i]
+            out[i] = minimum(a[i], b[i])
     elif op == oc.GREATER:      # the compare family as selects (binary_value's dispatch per entry: 5-9x slower)
         for i in range(n):
             out[i] = 1.0 if a[i] > b[i] else 0.0

@@ -466,13 +466,12 @@ def _extremum_linear(x, y, out_rows, in_rows, outer, n, inner, transpose):
             share = 1.0 / _ties(x, y[r], base, n, inner)
             for a in range(n):
                 e = base + a * inner
-                if x[e] != y[r]:
-                    continue
+                f = share if x[e] == y[r] else 0.0      # every entry, times 0 off the extrema: NaNs propagate
                 for k in range(K):
                     if transpose:
-                        in_rows[e, k] += out_rows[r, k] * share
+                        in_rows[e, k] += out_rows[r, k] * f
                     else:
-                        out_rows[r, k] += share * in_rows[e, k]
+                        out_rows[r, k] += f * in_rows[e, k]
 
 
 @njit(cache=True, error_model="numpy")
@@ -480,7 +479,7 @@ def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign, temps):
     """MAX/MIN cotangents, K = 1: each reduced entry's cotangent split evenly between its tied extrema (as
     TensorFlow), in two passes over its entries (count the ties, then write), with no partials array; loops
     over [outer, n, inner] views (see reduce_forward)."""
-    zero = g_out.dtype.type(0)
+    one, zero = g_out.dtype.type(1), g_out.dtype.type(0)      # shares times 0/1 masks: a NaN cotangent stays NaN
     if inner == 1:
         x2 = x.reshape(outer, n)
         g2 = g_in.reshape(outer, n)
@@ -492,10 +491,10 @@ def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign, temps):
             share = g_out[o] / max(ties, 1)
             if assign:
                 for a in range(n):
-                    g2[o, a] = share if x2[o, a] == extremum else zero
+                    g2[o, a] = share * (one if x2[o, a] == extremum else zero)
             else:
                 for a in range(n):
-                    g2[o, a] += share if x2[o, a] == extremum else zero
+                    g2[o, a] += share * (one if x2[o, a] == extremum else zero)
         return
     x3 = x.reshape(outer, n, inner)
     g3 = g_in.reshape(outer, n, inner)
@@ -512,10 +511,10 @@ def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign, temps):
         for a in range(n):
             if assign:
                 for i in range(inner):
-                    g3[o, a, i] = shares[i] if x3[o, a, i] == y2[o, i] else zero
+                    g3[o, a, i] = shares[i] * (one if x3[o, a, i] == y2[o, i] else zero)
             else:
                 for i in range(inner):
-                    g3[o, a, i] += shares[i] if x3[o, a, i] == y2[o, i] else zero
+                    g3[o, a, i] += shares[i] * (one if x3[o, a, i] == y2[o, i] else zero)
 
 
 @njit(cache=True, error_model="numpy")
