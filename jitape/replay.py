@@ -25,7 +25,7 @@ from jitape_kernels import opcodes as oc
 from jitape_kernels.layout import BLOCK, logsumexp_stashes, reverse_groups, run_layout, scalar_runs
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
-from . import calls, config, nest
+from . import calls, config, nest, recycling
 from . import backend as backends     # not `backend`: Function's argument of that name would shadow it
 from .program import Program, fill_arena
 from .recording import _state
@@ -512,7 +512,9 @@ def _entries(arena, start, stop, shape, dtype):
     """A new value of `shape` holding arena[start:stop] (0-d: a numpy scalar), as `dtype` (None: the arena's)."""
     if not shape:
         return arena[start] if dtype is None else dtype.type(arena[start])
-    return arena[start:stop].reshape(shape).astype(arena.dtype if dtype is None else dtype)    # owns its data
+    value = recycling.fresh(shape, arena.dtype if dtype is None else dtype)     # a large one: no page faults
+    np.copyto(value, arena[start:stop].reshape(shape), casting="unsafe")
+    return value
 
 
 class _Held:

@@ -127,3 +127,27 @@ def test_large_eager_results_live_in_reused_buffers_never_shared_with_a_live_val
     np.testing.assert_array_equal(again.numpy(), expected)
     np.testing.assert_array_equal(recorded.numpy(), expected)
     assert _address(recorded._value) != address
+
+
+@pytest.mark.parametrize("dtype", [None, np.float32])
+def test_large_replay_outputs_live_in_reused_buffers(dtype):
+    """A jt.function's large output is copied out of its arena into a recycling.fresh array (as the output's
+    dtype): the next call's output reuses the buffer once the previous output is gone, never while it lives."""
+    x = jt.constant(np.random.default_rng(1).normal(size=(512, 512)))
+    cast = (lambda y: y) if dtype is None else (lambda y: jt.cast(y, dtype))
+    f = jt.function(lambda x: cast(x * 2.0 + 1.0))
+    expected = cast(x * 2.0 + 1.0).numpy().copy()
+    f(x)
+    first = f(x)
+    assert any(entry[1] is first._value.base for entry in recycling._owned)      # a recycled buffer
+    address = _address(first._value)
+    second = f(x)
+    assert _address(second._value) != address
+    np.testing.assert_array_equal(first.numpy(), expected)
+    del first
+    gc.collect()
+    third = f(x)
+    assert _address(third._value) == address
+    np.testing.assert_array_equal(third.numpy(), expected)
+    np.testing.assert_array_equal(second.numpy(), expected)
+    assert third.numpy().dtype == expected.dtype
