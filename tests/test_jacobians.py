@@ -317,3 +317,69 @@ def test_matmul_with_the_seeded_source_as_an_operand(case, budget, monkeypatch):
         compiled = getattr(tape, method)(target, source).numpy()
         recorded = _recorded(tape, lambda: getattr(tape, method)(target, source)).numpy()
         np.testing.assert_allclose(compiled, recorded, rtol=1e-10, atol=1e-12, err_msg=method)
+
+
+# functions of a with a NaN, an infinity or a partial of 0 in some entries: the NaNs of b and of a reach
+# the Jacobian through products of partials; the matmul mixes entries of a row
+NAN_PATHS = {
+    "relu": lambda a, b, w: jt.nn.relu(a) * b,
+    "abs": lambda a, b, w: jt.abs(a) * b,
+    "clip": lambda a, b, w: jt.clip_by_value(a, 0.0, 1.5) * b,
+    "maximum": lambda a, b, w: jt.maximum(a, b) * b,
+    "reduce_max": lambda a, b, w: jt.reduce_max(a * b, axis=1, keepdims=True) * b,
+    "matmul": lambda a, b, w: jt.tanh(jt.matmul(a * b, w)),
+}
+
+
+def _with_special_values(seed):
+    """a, b (8, 8) and w (8, 8), float64, with NaN, ±inf, zeros and ties in some examples (rows) only."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.choice([-1.5, -0.5, 0.0, 0.5, 1.5], (8, 8)), rng.standard_normal((8, 8))
+    b[1, 2], a[3, 5], b[3, 0], b[6, 6], a[6, 1] = np.nan, np.nan, np.inf, 0.0, -np.inf
+    a[4] = b[4]
+    return jt.constant(a), jt.constant(b), jt.constant(rng.standard_normal((8, 8)))
+
+
+def _equal_where_neither_is_nan(actual, expected):
+    """Equal wherever neither is NaN (infinities included)."""
+    comparable = ~np.isnan(actual) & ~np.isnan(expected)
+    np.testing.assert_allclose(actual[comparable], expected[comparable], rtol=1e-12, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+@pytest.mark.parametrize("name", sorted(NAN_PATHS))
+def test_every_mode_agrees_where_neither_is_nan_and_nan_stays_in_its_example(name):
+    """Where values or partials are NaN or infinite, a product with a structural zero is NaN (IEEE, as in
+    BLAS and the peers), so a NaN spreads along the row of the Jacobian in forward mode and along the
+    column in reverse mode. Every path (recorded, compiled reverse, forward mode, per example, forward over
+    reverse) gives the same value wherever both are finite, and a NaN never leaves its example."""
+    a, b, w = _with_special_values(0)
+    f = NAN_PATHS[name]
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch([a, b])
+        y = f(a, b, w)
+        wide = jt.tile(y, [1, 72 // y.shape[1]])          # wider than a: the forward-mode sweeps
+    with jt.GradientTape(persistent=True) as enclosing:   # the recorded path (Python VJPs)
+        enclosing.watch([a, b])
+        recorded = [tape.jacobian(t, s).numpy() for t in (y, wide) for s in (a, b)]
+        recorded_batch = [tape.batch_jacobian(t, s).numpy() for t in (y, wide) for s in (a, b)]
+    compiled = [tape.jacobian(t, s).numpy() for t in (y, wide) for s in (a, b)]
+    compiled_batch = [tape.batch_jacobian(t, s).numpy() for t in (y, wide) for s in (a, b)]
+    for actual, expected in zip(compiled + compiled_batch, recorded + recorded_batch):
+        _equal_where_neither_is_nan(actual, expected)
+    special = [1, 3, 6]                                   # the examples holding NaN or an infinity
+    for full, per_example in zip(compiled, compiled_batch):
+        examples = np.arange(8)
+        _equal_where_neither_is_nan(per_example, full[examples, :, examples])
+        assert np.isfinite(np.delete(per_example, special, axis=0)).all()
+
+    def loss(x):
+        return jt.reduce_sum(f(x, b, w) * x)
+
+    with jt.GradientTape(persistent=True) as outer:
+        outer.watch(a)
+        with jt.GradientTape() as inner:
+            inner.watch(a)
+            z = loss(a)
+        gradient = inner.gradient(z, a)
+    _equal_where_neither_is_nan(jt.hessian(loss)(a).numpy(), outer.jacobian(gradient, a).numpy())
