@@ -193,6 +193,12 @@ def minimum(a, b):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def sign(x):
+    """numpy's sign: NaN stays NaN, signed zeros give 0."""
+    return 1.0 if x > 0 else (-1.0 if x < 0 else (x if x != x else 0.0))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def unary_value(op, x, p0, p1):
     x = float(x)
     if op == oc.COPY:
@@ -220,7 +226,7 @@ def unary_value(op, x, p0, p1):
     if op == oc.ABS:
         return abs(x)
     if op == oc.SIGN:
-        return 1.0 if x > 0 else (-1.0 if x < 0 else (x if x != x else 0.0))     # numpy's sign: NaN stays NaN
+        return sign(x)
     if op == oc.SIGMOID:
         if x >= 0:
             return 1 / (1 + math.exp(-x))
@@ -269,7 +275,7 @@ def unary_derivative(op, x, y, p0, p1):
     if op == oc.TANH:
         return 1 - y * y
     if op == oc.ABS:
-        return 1.0 if x > 0 else (-1.0 if x < 0 else (x if x != x else 0.0))     # numpy's sign: NaN stays NaN
+        return sign(x)
     if op == oc.SIGN:
         return 0.0
     if op == oc.SIGMOID:
@@ -407,7 +413,8 @@ def unary_reverse_1d(op, x, y, g_out, g_in, p0, p1, assign):
     elif op == oc.RELU:
         one, zero = g_out.dtype.type(1), g_out.dtype.type(0)
         for i in range(n):
-            _put(g_in, i, g_out[i] * (one if x[i] > 0 else zero), assign)     # a NaN cotangent stays NaN (as g * derivative)
+            # a NaN cotangent stays NaN, as g * derivative does
+            _put(g_in, i, g_out[i] * (one if x[i] > 0 else zero), assign)
     elif op == oc.SQUARE:
         for i in range(n):
             _put(g_in, i, g_out[i] * (x[i] + x[i]), assign)
