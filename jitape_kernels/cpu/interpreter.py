@@ -4,7 +4,7 @@ The dispatch is an if-chain over opcode families that LLVM turns into a jump
 table; each family's work is done by the kernels of its module.
 
 The interpreters' own levels between an entry point and the kernels (row
-loops, row dispatch, reverse_instruction) are inlined (inline="always"): numba
+loops, row dispatch, _reverse_instruction) are inlined (inline="always"): numba
 links a callee's whole module, kernels included, into each caller and
 optimizes and compiles it again, so every such level cost one more compile of
 every kernel (a cold reverse_sweep 64 -> 48 s, a cold replay_sweep 90 -> 65 s).
@@ -261,8 +261,8 @@ def _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, stash):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0=False,
-                        assign1=False):
+def _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0=False,
+                         assign1=False):
     """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs.
     homes: per slot, the address of a value read where it lives instead of in the arena (0: in the arena), or
     empty (every value in the arena): see value_of. assign0/assign1: input 0's / input 1's rows are first
@@ -331,6 +331,13 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temp
         moved_linear(op, iattr, a, g_out, g0, transpose, assign0)
     else:
         inv_reverse(iattr, a, y, g_out, g0, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes):
+    """_reverse_instruction as a function of its own, for the sweeps of other modules (second-order, per example):
+    inlined into their loops, it made the second-order sweep of W10's Hessian-vector product 10% slower."""
+    _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -675,7 +682,7 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
                 assign1 = True
             else:
                 adjoint[j:j + slots[s, oc.SIZE]] = 0
-    reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1)
+    _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1)
 
 
 @njit(cache=True, error_model="numpy")
