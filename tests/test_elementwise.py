@@ -52,6 +52,50 @@ def test_binary_loops_equal_the_per_entry_rule(name, dtype):
     _same_bits(out, np.array([binary_value(op, x, y) for x, y in zip(a, b)]).astype(dtype))
 
 
+ARITHMETIC = {"add": (oc.ADD, np.add), "subtract": (oc.SUB, np.subtract), "multiply": (oc.MUL, np.multiply),
+              "divide": (oc.DIV, np.divide)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(ARITHMETIC))
+def test_arithmetic_written_over_either_input_equals_numpy(name, dtype):
+    """A variable updated in its own rows runs its last op with the output over one input: its own loops then."""
+    op, ufunc = ARITHMETIC[name]
+    a, b = _operands(300, dtype)
+    expected = ufunc(a, b)
+    for over in ("a", "b"):
+        left, right = a.copy(), b.copy()
+        binary_forward(op, left, right, left if over == "a" else right)
+        _same_bits(left if over == "a" else right, expected)
+        _same_bits(right if over == "a" else left, b if over == "a" else a)     # the other input untouched
+
+
+@pytest.mark.parametrize("n", [7, 300, FUSE_MIN_SIZE + 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_variables_updated_in_their_rows_by_each_arithmetic_op_equal_eager(dtype, n):
+    """Each op with the variable on either side, in a replay that writes every new value over the old one."""
+    from tests.test_replay import _rows_shared
+
+    values = _operands(n, dtype, seed=3)
+    variables = [jt.Variable(values[0]) for _ in range(8)]
+    x = jt.constant(values[1])
+    updates = [lambda v: v + x, lambda v: x + v, lambda v: v - x, lambda v: x - v,
+               lambda v: v * x, lambda v: x * v, lambda v: v / x, lambda v: x / v]
+
+    def step():
+        for v, update in zip(variables, updates):
+            v.assign(update(v))
+
+    replayed = jt.function(step)
+    expected = [values[0].copy() for _ in variables]
+    for _ in range(3):
+        replayed()
+        expected = [update(jt.constant(e)).numpy() for e, update in zip(expected, updates)]
+        for v, e in zip(variables, expected):
+            _same_bits(v.numpy(), e)
+    assert all(_rows_shared(replayed.concrete(), v) for v in variables)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_scale_loop_equals_the_per_entry_rule(dtype):
     x, _ = _operands(200, dtype)
