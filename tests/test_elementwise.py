@@ -52,15 +52,16 @@ def test_binary_loops_equal_the_per_entry_rule(name, dtype):
     _same_bits(out, np.array([binary_value(op, x, y) for x, y in zip(a, b)]).astype(dtype))
 
 
-ARITHMETIC = {"add": (oc.ADD, np.add), "subtract": (oc.SUB, np.subtract), "multiply": (oc.MUL, np.multiply),
-              "divide": (oc.DIV, np.divide)}
+WRITTEN_OVER_AN_INPUT = {"add": (oc.ADD, np.add), "subtract": (oc.SUB, np.subtract),
+                         "multiply": (oc.MUL, np.multiply), "divide": (oc.DIV, np.divide),
+                         "maximum": (oc.MAXIMUM, np.maximum), "minimum": (oc.MINIMUM, np.minimum)}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", sorted(ARITHMETIC))
-def test_arithmetic_written_over_either_input_equals_numpy(name, dtype):
+@pytest.mark.parametrize("name", sorted(WRITTEN_OVER_AN_INPUT))
+def test_binary_ops_written_over_either_input_equal_numpy(name, dtype):
     """A variable updated in its own rows runs its last op with the output over one input: its own loops then."""
-    op, ufunc = ARITHMETIC[name]
+    op, ufunc = WRITTEN_OVER_AN_INPUT[name]
     a, b = _operands(300, dtype)
     expected = ufunc(a, b)
     for over in ("a", "b"):
@@ -72,15 +73,17 @@ def test_arithmetic_written_over_either_input_equals_numpy(name, dtype):
 
 @pytest.mark.parametrize("n", [7, 300, FUSE_MIN_SIZE + 5])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_variables_updated_in_their_rows_by_each_arithmetic_op_equal_eager(dtype, n):
+def test_variables_updated_in_their_rows_by_each_binary_op_equal_eager(dtype, n):
     """Each op with the variable on either side, in a replay that writes every new value over the old one."""
     from tests.test_replay import _rows_shared
 
     values = _operands(n, dtype, seed=3)
-    variables = [jt.Variable(values[0]) for _ in range(8)]
     x = jt.constant(values[1])
     updates = [lambda v: v + x, lambda v: x + v, lambda v: v - x, lambda v: x - v,
-               lambda v: v * x, lambda v: x * v, lambda v: v / x, lambda v: x / v]
+               lambda v: v * x, lambda v: x * v, lambda v: v / x, lambda v: x / v,
+               lambda v: jt.maximum(v, x), lambda v: jt.maximum(x, v),
+               lambda v: jt.minimum(v, x), lambda v: jt.minimum(x, v)]
+    variables = [jt.Variable(values[0]) for _ in updates]
 
     def step():
         for v, update in zip(variables, updates):

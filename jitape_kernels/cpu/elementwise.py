@@ -542,10 +542,10 @@ def binary_second_partials(op, a, b, y):
 def binary_forward(op, a, b, out):
     # arithmetic as branch-free loops (they vectorise); the rest through binary_value's dispatch
     n = a.size
-    if (op == oc.ADD or op == oc.SUB or op == oc.MUL or op == oc.DIV) and (
-            (out.ctypes.data == a.ctypes.data) != (out.ctypes.data == b.ctypes.data)):
-        _arithmetic_into_input(op, out, b if out.ctypes.data == a.ctypes.data else a,
-                               out.ctypes.data == a.ctypes.data)
+    out_is_a, out_is_b = out.ctypes.data == a.ctypes.data, out.ctypes.data == b.ctypes.data
+    if out_is_a != out_is_b and (op == oc.ADD or op == oc.SUB or op == oc.MUL or op == oc.DIV
+                                 or op == oc.MAXIMUM or op == oc.MINIMUM):
+        _binary_into_input(op, out, b if out_is_a else a, out_is_a)
     elif op == oc.ADD:
         for i in range(n):
             out[i] = a[i] + b[i]
@@ -588,30 +588,43 @@ def binary_forward(op, a, b, out):
 
 
 @njit(cache=True, error_model="numpy")
-def _arithmetic_into_input(op, out, other, out_is_a):
-    """binary_forward's ADD, SUB, MUL, DIV where `out` is one of its inputs (a variable's new value written over
-    its old one: layout._in_place) and `other` the other: out = out op other (out_is_a) or other op out. The
-    loops name one array for the output and that input: over two arrays that are one, LLVM's overlap check
-    fails and runs the unvectorised loop, 5x slower."""
+def _binary_into_input(op, out, other, out_is_a):
+    """binary_forward's arithmetic, maximum and minimum where `out` is one of its inputs (a variable's new value
+    written over its old one: layout._in_place; AMSGrad's maximum) and `other` the other: out = out op other
+    (out_is_a) or other op out. The loops name one array for the output and that input: over two arrays that
+    are one, LLVM's overlap check fails and runs the unvectorised loop, 5x slower."""
     n = out.size
-    if op == oc.ADD:        # IEEE sums and products commute exactly
+    if op == oc.ADD:
         for i in range(n):
-            out[i] = out[i] + other[i]
-    elif op == oc.MUL:
-        for i in range(n):
-            out[i] = out[i] * other[i]
-    elif op == oc.SUB and out_is_a:
-        for i in range(n):
-            out[i] = out[i] - other[i]
+            a, b = _in_order(out[i], other[i], out_is_a)
+            out[i] = a + b
     elif op == oc.SUB:
         for i in range(n):
-            out[i] = other[i] - out[i]
-    elif out_is_a:
+            a, b = _in_order(out[i], other[i], out_is_a)
+            out[i] = a - b
+    elif op == oc.MUL:
         for i in range(n):
-            out[i] = out[i] / other[i]
+            a, b = _in_order(out[i], other[i], out_is_a)
+            out[i] = a * b
+    elif op == oc.DIV:
+        for i in range(n):
+            a, b = _in_order(out[i], other[i], out_is_a)
+            out[i] = a / b
+    elif op == oc.MAXIMUM:
+        for i in range(n):
+            a, b = _in_order(out[i], other[i], out_is_a)
+            out[i] = maximum(a, b)
     else:
         for i in range(n):
-            out[i] = other[i] / out[i]
+            a, b = _in_order(out[i], other[i], out_is_a)
+            out[i] = minimum(a, b)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _in_order(mine, other, mine_first):
+    """(a, b) of a binary op from the entries of its output's input and the other input (loop-invariant
+    mine_first: LLVM selects or unswitches, the loop still vectorises)."""
+    return (mine, other) if mine_first else (other, mine)
 
 
 @njit(cache=True, error_model="numpy")
