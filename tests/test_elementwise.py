@@ -7,7 +7,7 @@ import pytest
 
 import jitape as jt
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu.elementwise import binary_forward, binary_value, unary_forward, unary_value
+from jitape_kernels.cpu.elementwise import binary_forward, binary_value, unary_forward, unary_value, where_forward
 from jitape_kernels.layout import FUSE_MIN_SIZE
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")     # eager inf * 0
@@ -71,9 +71,26 @@ def test_binary_ops_written_over_either_input_equal_numpy(name, dtype):
         _same_bits(right if over == "a" else left, b if over == "a" else a)     # the other input untouched
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_where_over_either_input_and_unary_ops_over_their_input_equal_new_arrays(dtype):
+    a, b = _operands(300, dtype)
+    cond = np.where(np.arange(300) % 3 == 0, 0.0, 1.0).astype(dtype)
+    cond[1] = np.nan        # a nonzero: selects a, as np.where does
+    for over in ("a", "b"):
+        left, right = a.copy(), b.copy()
+        where_forward(cond, left, right, left if over == "a" else right)
+        _same_bits(left if over == "a" else right, np.where(cond != 0, a, b))
+    for op in (oc.NEG, oc.SCALE, oc.SQUARE, oc.SQRT, oc.RELU):
+        expected = np.empty_like(a)
+        unary_forward(op, a, expected, 0.1, 0.0)
+        over = a.copy()
+        unary_forward(op, over, over, 0.1, 0.0)
+        _same_bits(over, expected)
+
+
 @pytest.mark.parametrize("n", [7, 300, FUSE_MIN_SIZE + 5])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_variables_updated_in_their_rows_by_each_binary_op_equal_eager(dtype, n):
+def test_variables_updated_in_their_rows_by_each_elementwise_op_equal_eager(dtype, n):
     """Each op with the variable on either side, in a replay that writes every new value over the old one."""
     from tests.test_replay import _rows_shared
 
@@ -82,7 +99,9 @@ def test_variables_updated_in_their_rows_by_each_binary_op_equal_eager(dtype, n)
     updates = [lambda v: v + x, lambda v: x + v, lambda v: v - x, lambda v: x - v,
                lambda v: v * x, lambda v: x * v, lambda v: v / x, lambda v: x / v,
                lambda v: jt.maximum(v, x), lambda v: jt.maximum(x, v),
-               lambda v: jt.minimum(v, x), lambda v: jt.minimum(x, v)]
+               lambda v: jt.minimum(v, x), lambda v: jt.minimum(x, v),
+               lambda v: jt.where(x > 0, v, x), lambda v: jt.where(x > 0, x, v),
+               lambda v: -v, lambda v: v * 0.5, jt.square, jt.sqrt, jt.nn.relu]
     variables = [jt.Variable(values[0]) for _ in updates]
 
     def step():

@@ -5,6 +5,12 @@ Inputs and outputs are flat arena views of equal size; adjoints and tangents
 are [size, K] views. The scalar rules compute in float64 and round once on store; float
 parameters (elu alpha, clip bounds, scale, exponent) were rounded to the
 program's dtype when recorded, so float32 products match numpy's bit for bit.
+
+Written over an input: a replay writes a variable's new value over its old one
+(layout._in_place), so the row computing it may have its output in one of its
+inputs' rows. The forward loops are then called with one array for both: over
+two arrays that are one, LLVM's overlap check fails and runs the unvectorised
+loop, 3-5x slower. Their functions are inlined, one copy per such call.
 """
 import math
 
@@ -339,10 +345,32 @@ def unary_forward(op, x, out, p0, p1):
     # the commonest ops as branch-free loops (they vectorise; exp, log, tanh and sigmoid by vectormath's rules);
     # the rest through unary_value's dispatch
     n = x.size
-    if op == oc.COPY or op == oc.STOP_GRADIENT:
+    if op == oc.NEG or op == oc.SCALE or op == oc.SQUARE or op == oc.SQRT or op == oc.RELU:
+        if out.ctypes.data == x.ctypes.data:        # written over its input (module docstring)
+            _cheap_unary(op, out, out, p0)
+        else:
+            _cheap_unary(op, x, out, p0)
+    elif op == oc.COPY or op == oc.STOP_GRADIENT:
         for i in range(n):
             out[i] = x[i]
-    elif op == oc.NEG:
+    elif op == oc.EXP:
+        exp_array(x, out)
+    elif op == oc.LOG:
+        log_array(x, out)
+    elif op == oc.TANH:
+        tanh_array(x, out)
+    elif op == oc.SIGMOID:
+        sigmoid_array(x, out)
+    else:
+        for i in range(n):
+            out[i] = unary_value(op, x[i], p0, p1)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _cheap_unary(op, x, out, p0):
+    """unary_forward's NEG, SCALE, SQUARE, SQRT and RELU loops (inlined per call: module docstring)."""
+    n = x.size
+    if op == oc.NEG:
         for i in range(n):
             out[i] = -x[i]
     elif op == oc.SCALE:
@@ -357,20 +385,9 @@ def unary_forward(op, x, out, p0, p1):
     elif op == oc.SQRT:
         for i in range(n):
             out[i] = math.sqrt(x[i])
-    elif op == oc.RELU:
-        for i in range(n):
-            out[i] = maximum(x[i], 0.0)
-    elif op == oc.EXP:
-        exp_array(x, out)
-    elif op == oc.LOG:
-        log_array(x, out)
-    elif op == oc.TANH:
-        tanh_array(x, out)
-    elif op == oc.SIGMOID:
-        sigmoid_array(x, out)
     else:
         for i in range(n):
-            out[i] = unary_value(op, x[i], p0, p1)
+            out[i] = maximum(x[i], 0.0)
 
 
 @njit(cache=True, error_model="numpy")
@@ -540,30 +557,16 @@ def binary_second_partials(op, a, b, y):
 
 @njit(cache=True, error_model="numpy")
 def binary_forward(op, a, b, out):
-    # arithmetic as branch-free loops (they vectorise); the rest through binary_value's dispatch
+    # arithmetic and compares as branch-free loops (they vectorise); the rest through binary_value's dispatch
     n = a.size
-    out_is_a, out_is_b = out.ctypes.data == a.ctypes.data, out.ctypes.data == b.ctypes.data
-    if out_is_a != out_is_b and (op == oc.ADD or op == oc.SUB or op == oc.MUL or op == oc.DIV
-                                 or op == oc.MAXIMUM or op == oc.MINIMUM):
-        _binary_into_input(op, out, b if out_is_a else a, out_is_a)
-    elif op == oc.ADD:
-        for i in range(n):
-            out[i] = a[i] + b[i]
-    elif op == oc.SUB:
-        for i in range(n):
-            out[i] = a[i] - b[i]
-    elif op == oc.MUL:
-        for i in range(n):
-            out[i] = a[i] * b[i]
-    elif op == oc.DIV:
-        for i in range(n):
-            out[i] = a[i] / b[i]
-    elif op == oc.MAXIMUM:      # in the arrays' dtype: the bits binary_value gives
-        for i in range(n):
-            out[i] = maximum(a[i], b[i])
-    elif op == oc.MINIMUM:
-        for i in range(n):
-            out[i] = minimum(a[i], b[i])
+    if op == oc.ADD or op == oc.SUB or op == oc.MUL or op == oc.DIV or op == oc.MAXIMUM or op == oc.MINIMUM:
+        # written over one of its inputs (module docstring), the loops name one array for both
+        if out.ctypes.data == a.ctypes.data:
+            _arithmetic(op, out, b, out)
+        elif out.ctypes.data == b.ctypes.data:
+            _arithmetic(op, a, out, out)
+        else:
+            _arithmetic(op, a, b, out)
     elif op == oc.GREATER:      # the compare family as selects (binary_value's dispatch per entry: 5-9x slower)
         for i in range(n):
             out[i] = 1.0 if a[i] > b[i] else 0.0
@@ -587,44 +590,28 @@ def binary_forward(op, a, b, out):
             out[i] = binary_value(op, a[i], b[i])
 
 
-@njit(cache=True, error_model="numpy")
-def _binary_into_input(op, out, other, out_is_a):
-    """binary_forward's arithmetic, maximum and minimum where `out` is one of its inputs (a variable's new value
-    written over its old one: layout._in_place; AMSGrad's maximum) and `other` the other: out = out op other
-    (out_is_a) or other op out. The loops name one array for the output and that input: over two arrays that
-    are one, LLVM's overlap check fails and runs the unvectorised loop, 5x slower."""
-    n = out.size
+@njit(cache=True, error_model="numpy", inline="always")
+def _arithmetic(op, a, b, out):
+    """binary_forward's ADD, SUB, MUL, DIV, MAXIMUM and MINIMUM loops (inlined per call: module docstring)."""
+    n = a.size
     if op == oc.ADD:
         for i in range(n):
-            a, b = _in_order(out[i], other[i], out_is_a)
-            out[i] = a + b
+            out[i] = a[i] + b[i]
     elif op == oc.SUB:
         for i in range(n):
-            a, b = _in_order(out[i], other[i], out_is_a)
-            out[i] = a - b
+            out[i] = a[i] - b[i]
     elif op == oc.MUL:
         for i in range(n):
-            a, b = _in_order(out[i], other[i], out_is_a)
-            out[i] = a * b
+            out[i] = a[i] * b[i]
     elif op == oc.DIV:
         for i in range(n):
-            a, b = _in_order(out[i], other[i], out_is_a)
-            out[i] = a / b
-    elif op == oc.MAXIMUM:
+            out[i] = a[i] / b[i]
+    elif op == oc.MAXIMUM:      # in the arrays' dtype: the bits binary_value gives
         for i in range(n):
-            a, b = _in_order(out[i], other[i], out_is_a)
-            out[i] = maximum(a, b)
+            out[i] = maximum(a[i], b[i])
     else:
         for i in range(n):
-            a, b = _in_order(out[i], other[i], out_is_a)
-            out[i] = minimum(a, b)
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _in_order(mine, other, mine_first):
-    """(a, b) of a binary op from the entries of its output's input and the other input (loop-invariant
-    mine_first: LLVM selects or unswitches, the loop still vectorises)."""
-    return (mine, other) if mine_first else (other, mine)
+            out[i] = minimum(a[i], b[i])
 
 
 @njit(cache=True, error_model="numpy")
@@ -729,8 +716,22 @@ def binary_reverse_1d(op, a, b, y, g_out, g_a, g_b, want_a, want_b, assign_a, as
 
 @njit(cache=True, error_model="numpy")
 def where_forward(cond, a, b, out):
+    if out.ctypes.data == a.ctypes.data:        # written over an input (module docstring)
+        _select(cond, out, b, out)
+    elif out.ctypes.data == b.ctypes.data:
+        _select(cond, a, out, out)
+    else:
+        _select(cond, a, b, out)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _select(cond, a, b, out):
+    # both entries loaded before the select: a load under the condition (b[i] where cond[i] is 0) cannot be
+    # made unconditional (LLVM does not know b holds a.size entries), and the loop ran unvectorised, 3-6x slower
     for i in range(a.size):
-        out[i] = a[i] if cond[i] != 0 else b[i]
+        x = a[i]
+        y = b[i]
+        out[i] = x if cond[i] != 0 else y
 
 
 @njit(cache=True, error_model="numpy")
