@@ -8,9 +8,12 @@ program's dtype when recorded, so float32 products match numpy's bit for bit.
 
 Written over an input: a replay writes a variable's new value over its old one
 (layout._in_place), so the row computing it may have its output in one of its
-inputs' rows. The forward loops are then called with one array for both: over
-two arrays that are one, LLVM's overlap check fails and runs the unvectorised
-loop, 3-5x slower. Their functions are inlined, one copy per such call.
+inputs' rows. Over two arrays that are one, LLVM's overlap check fails and runs
+the unvectorised loop, 3-5x slower, so the forward loops of the updates that
+training steps make (arithmetic over its first input, or either where it
+commutes; maximum as AMSGrad's; where; a scaling) are called with one array for
+both, an inlined copy of the loops per such call. Other ops written over their
+input run unvectorised, with the same results.
 """
 import math
 
@@ -345,32 +348,14 @@ def unary_forward(op, x, out, p0, p1):
     # the commonest ops as branch-free loops (they vectorise; exp, log, tanh and sigmoid by vectormath's rules);
     # the rest through unary_value's dispatch
     n = x.size
-    if op == oc.NEG or op == oc.SCALE or op == oc.SQUARE or op == oc.SQRT or op == oc.RELU:
-        if out.ctypes.data == x.ctypes.data:        # written over its input (module docstring)
-            _cheap_unary(op, out, out, p0)
-        else:
-            _cheap_unary(op, x, out, p0)
+    if op == oc.SCALE and out.ctypes.data == x.ctypes.data:      # written over its input (module docstring)
+        c = out.dtype.type(p0)
+        for i in range(n):
+            out[i] = out[i] * c
     elif op == oc.COPY or op == oc.STOP_GRADIENT:
         for i in range(n):
             out[i] = x[i]
-    elif op == oc.EXP:
-        exp_array(x, out)
-    elif op == oc.LOG:
-        log_array(x, out)
-    elif op == oc.TANH:
-        tanh_array(x, out)
-    elif op == oc.SIGMOID:
-        sigmoid_array(x, out)
-    else:
-        for i in range(n):
-            out[i] = unary_value(op, x[i], p0, p1)
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _cheap_unary(op, x, out, p0):
-    """unary_forward's NEG, SCALE, SQUARE, SQRT and RELU loops (inlined per call: module docstring)."""
-    n = x.size
-    if op == oc.NEG:
+    elif op == oc.NEG:
         for i in range(n):
             out[i] = -x[i]
     elif op == oc.SCALE:
@@ -385,9 +370,20 @@ def _cheap_unary(op, x, out, p0):
     elif op == oc.SQRT:
         for i in range(n):
             out[i] = math.sqrt(x[i])
-    else:
+    elif op == oc.RELU:
         for i in range(n):
             out[i] = maximum(x[i], 0.0)
+    elif op == oc.EXP:
+        exp_array(x, out)
+    elif op == oc.LOG:
+        log_array(x, out)
+    elif op == oc.TANH:
+        tanh_array(x, out)
+    elif op == oc.SIGMOID:
+        sigmoid_array(x, out)
+    else:
+        for i in range(n):
+            out[i] = unary_value(op, x[i], p0, p1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -560,11 +556,11 @@ def binary_forward(op, a, b, out):
     # arithmetic and compares as branch-free loops (they vectorise); the rest through binary_value's dispatch
     n = a.size
     if op == oc.ADD or op == oc.SUB or op == oc.MUL or op == oc.DIV or op == oc.MAXIMUM or op == oc.MINIMUM:
-        # written over one of its inputs (module docstring), the loops name one array for both
-        if out.ctypes.data == a.ctypes.data:
-            _arithmetic(op, out, b, out)
-        elif out.ctypes.data == b.ctypes.data:
-            _arithmetic(op, a, out, out)
+        # written over one of its inputs (module docstring), the loops name one array for both: over its first,
+        # or over its second where the op commutes (IEEE sums and products do, bit for bit)
+        out_is_a = out.ctypes.data == a.ctypes.data
+        if out_is_a or out.ctypes.data == b.ctypes.data and (op == oc.ADD or op == oc.MUL):
+            _arithmetic(op, out, b if out_is_a else a, out)
         else:
             _arithmetic(op, a, b, out)
     elif op == oc.GREATER:      # the compare family as selects (binary_value's dispatch per entry: 5-9x slower)
