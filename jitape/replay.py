@@ -30,7 +30,7 @@ from . import backend as backends     # not `backend`: Function's argument of th
 from .program import Program, fill_arena
 from .recording import _state
 from .tape import GradientTape
-from .tensor import VIEWS_FROM, Tensor, Variable
+from .tensor import VIEWS_FROM, Tensor, Variable, _slot_value
 from .tracing import _traces
 
 
@@ -299,6 +299,13 @@ class Concrete:
                              else (variable, None, *self._bounds(source), variable._value.shape,
                                    self._converted(variable._value.dtype))
                              for variable, source in self.writes]
+        # the writes finish() leaves in the arena until the variable is read (Variable._defer): a plain replay's
+        # new values of the arena's dtype written over the old ones, where no guard can stop a run after its rows
+        # ran (the rows would then hold a value the variable never took)
+        read_bounds = {id(variable): self._bounds(slot) for variable, slot in self.variable_inputs}
+        self._deferred = [self._reuses and not self.slot_guards and source is None and dtype is None and bool(shape)
+                          and read_bounds.get(id(variable)) == (start, stop)
+                          for variable, source, start, stop, shape, dtype in self._write_spans]
         self._output_spans = [(None, *self._bounds(entry[1]), tuple(entry[2]), self._converted(entry[3]))
                               if entry[0] == "slot" else (entry[1], -1, 0, None, None) for entry in self.outputs]
         # f returned one leaf (a tensor, None, a Python value): no nest to rebuild
@@ -463,8 +470,10 @@ class Concrete:
     def finish(self):
         """The outputs of the last run, after writing the variables it assigns."""
         arena = self.arena
-        for variable, constant, start, stop, shape, dtype in self._write_spans:
-            if constant is not None:
+        for (variable, constant, start, stop, shape, dtype), deferred in zip(self._write_spans, self._deferred):
+            if deferred:
+                variable._defer(_ArenaValue(arena, start, stop))
+            elif constant is not None:
                 variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
             elif not shape:         # 0-d: a numpy scalar, immutable, so never written in place
                 variable._value = arena[start] if dtype is None else dtype.type(arena[start])
@@ -531,6 +540,22 @@ def _references_in_callee(value, arena, start, stop):
 _held = _Held()
 _UNSHARED = _references_in_callee(_held.value, None, 0, 0)
 del _held
+
+
+class _ArenaValue:
+    """A variable's value left in a replay's arena rows (Variable._defer): taking it writes it into the variable's
+    stored value where nothing else sees that (_overwrite), else into a new array."""
+    __slots__ = ("arena", "start", "stop")
+
+    def __init__(self, arena, start, stop):
+        self.arena, self.start, self.stop = arena, start, stop
+
+    def __call__(self, variable):
+        arena, start, stop = self.arena, self.start, self.stop
+        # the stored value passed as finish() passes it, so that _overwrite counts its references alike
+        if _overwrite(_slot_value(variable), arena, start, stop):
+            return _slot_value(variable)
+        return _entries(arena, start, stop, _slot_value(variable).shape, None)
 
 
 def _overwrite(value, arena, start, stop):

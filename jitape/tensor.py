@@ -230,13 +230,14 @@ class Variable(Tensor):
     >>> v.assign_add(1.0).numpy()
     np.float32(3.0)
     """
-    __slots__ = ("trainable", "name", "_version")
+    __slots__ = ("trainable", "name", "_version", "_pending")
     _is_variable = True
 
     def __init__(self, initial_value, trainable=True, name=None, dtype=None):
         if callable(initial_value) and not isinstance(initial_value, Tensor):
             initial_value = initial_value()
         self._version = 0
+        self._pending = None
         super().__init__(to_numpy(initial_value, dtype))
         self.trainable = bool(trainable)
         self.name = name if name is not None else "Variable"
@@ -245,12 +246,27 @@ class Variable(Tensor):
     # the value still in its arena (jitape.replay.Concrete.run)
     @property
     def _value(self):
+        if self._pending is not None:
+            self._take_pending()
         return _slot_value(self)
 
     @_value.setter
     def _value(self, value):
+        self._pending = None
         _set_slot_value(self, value)
         self._version += 1
+
+    # A replay that writes a variable's new value over its old one in its arena, and that no guard can stop once
+    # its rows ran, leaves the value there (jitape.replay.Concrete.finish): the variable takes it when first read,
+    # so a training loop that reads its variables only through the replay copies none of them per step.
+    def _defer(self, take):
+        """The value changed to what `take(self)` gives when first read (see above)."""
+        self._pending = take
+        self._version += 1
+
+    def _take_pending(self):
+        take, self._pending = self._pending, None
+        _set_slot_value(self, take(self))
 
     @property
     def _watchable(self):

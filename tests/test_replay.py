@@ -384,6 +384,36 @@ def test_a_replay_writes_a_variable_in_place_only_when_nothing_else_sees_its_val
     assert id(v._value) == value and v.numpy().tolist() == [4.0] * 5      # no one held it: written in place
 
 
+def test_a_replay_leaves_its_written_variables_in_its_arena_until_they_are_read():
+    """A training loop's replays copy no variable back per call: each variable takes its value when first read,
+    into its own array where nothing else holds that, and every reader (numpy, a tape, another function, the
+    optimizer's own state) sees the value of the last call."""
+    v = jt.Variable(np.zeros(1000, np.float32))
+    w = jt.Variable(np.ones(1000, np.float32))
+    step = jt.function(lambda: (v.assign(v + w), w.assign(w * 2.0))[0])
+    twice = jt.function(lambda: v * 2.0)
+    step()
+    step()
+    stored = id(v._value)
+    expected_v, expected_w = np.float32(3.0), np.float32(4.0)
+    for _ in range(3):
+        step()
+        expected_v, expected_w = expected_v + expected_w, expected_w * 2
+        assert v._pending is not None and w._pending is not None        # left in the arena
+    held = v.read_value()       # taken now: into v's own array, which nothing else held
+    assert id(v._value) == stored and held.numpy()[0] == expected_v and w.numpy()[0] == expected_w
+    step()
+    expected_v, expected_w = expected_v + expected_w, expected_w * 2
+    assert held.numpy()[0] == expected_v - expected_w / 2       # what was read keeps its value
+    np.testing.assert_array_equal(twice().numpy(), np.full(1000, 2 * expected_v))     # another replay reads it
+    with jt.GradientTape() as tape:
+        y = jt.reduce_sum(v * w)
+    np.testing.assert_array_equal(tape.gradient(y, v).numpy(), np.full(1000, expected_w))
+    v.assign(np.zeros(1000, np.float32))        # an assignment replaces a value never taken
+    step()
+    assert v.numpy()[0] == expected_w
+
+
 def _rows_shared(concrete, variable):
     """Whether the variant reads `variable` and writes its new value in the same arena rows (in place)."""
     (read,) = [s for v, s in concrete.variable_inputs if v is variable]
