@@ -316,6 +316,7 @@ class Concrete:
         self._bindings = {}         # purpose -> (backend, its replay's arrays, the adjoint's place None)
         self._unlent = {}           # purpose -> the references to its adjoint buffer when no gradient is lent
         self.ran = None
+        self.runs = 0       # compiled calls that may have written the arena (see _ArenaValue)
         self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
 
     def __len__(self):
@@ -344,6 +345,7 @@ class Concrete:
         self.ran = None
         if self._holds is not None and not self._holds():
             return False
+        self.runs += 1
         arena = self.arena
         last_args = self._last_args
         for k, (i, start, stop, scalar) in enumerate(self._arg_spans):
@@ -472,7 +474,7 @@ class Concrete:
         arena = self.arena
         for (variable, constant, start, stop, shape, dtype), deferred in zip(self._write_spans, self._deferred):
             if deferred:
-                variable._defer(_ArenaValue(arena, start, stop))
+                variable._defer(_ArenaValue(self, start, stop))
             elif constant is not None:
                 variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
             elif not shape:         # 0-d: a numpy scalar, immutable, so never written in place
@@ -544,14 +546,19 @@ del _held
 
 class _ArenaValue:
     """A variable's value left in a replay's arena rows (Variable._defer): taking it writes it into the variable's
-    stored value where nothing else sees that (_overwrite), else into a new array."""
-    __slots__ = ("arena", "start", "stop")
+    stored value where nothing else sees that (_overwrite), else into a new array. Every run of the variant ends
+    with finish(), which leaves the next value; a run that did not would have written over this one, and taking it
+    then raises rather than give the wrong value."""
+    __slots__ = ("concrete", "runs", "start", "stop")
 
-    def __init__(self, arena, start, stop):
-        self.arena, self.start, self.stop = arena, start, stop
+    def __init__(self, concrete, start, stop):
+        self.concrete, self.runs, self.start, self.stop = concrete, concrete.runs, start, stop
 
     def __call__(self, variable):
-        arena, start, stop = self.arena, self.start, self.stop
+        if self.concrete.runs != self.runs:
+            raise RuntimeError(f"the value of variable {variable.name!r} was left in a replay's arena, and the "
+                               "replay ran again without writing its variables: it is lost")
+        arena, start, stop = self.concrete.arena, self.start, self.stop
         # the stored value passed as finish() passes it, so that _overwrite counts its references alike
         if _overwrite(_slot_value(variable), arena, start, stop):
             return _slot_value(variable)
@@ -703,8 +710,12 @@ class Function:
         return concrete, out
 
     def concrete(self, *args, **kwargs):
-        """The traced variant a call with these arguments runs (traced now if needed; the call runs)."""
-        return self.replay(args, kwargs)[0]
+        """The traced variant a call with these arguments runs (traced now if needed; the call runs, its
+        variable writes included)."""
+        concrete, _, traced = self.replay(args, kwargs)
+        if traced is None:
+            concrete.finish()
+        return concrete
 
 
 def _describe(leaf_key):

@@ -265,18 +265,19 @@ class Variable(Tensor):
         self._version += 1
 
     def _take_pending(self):
-        take, self._pending = self._pending, None
-        _set_slot_value(self, take(self))
+        _set_slot_value(self, self._pending(self))
+        self._pending = None        # after: a value that cannot be taken raises at every read, until assigned
 
     @property
     def _watchable(self):
         return self.trainable and self._value.dtype.kind == "f"
 
     def _new_value(self, value, op):
-        new = to_numpy(value, self._value.dtype)
-        if new.shape != self._value.shape:
+        stored = _slot_value(self)      # its dtype and shape, which never change (a value left pending: see _defer)
+        new = to_numpy(value, stored.dtype)
+        if new.shape != stored.shape:
             raise ValueError(f"Variable.{op}: value has shape {new.shape}, expected the variable's "
-                             f"shape {self._value.shape}")
+                             f"shape {stored.shape}")
         return new
 
     # Assignment replaces the value object: tapes keep references to values they recorded. In a trace
