@@ -299,12 +299,13 @@ class Concrete:
                              else (variable, None, *self._bounds(source), variable._value.shape,
                                    self._converted(variable._value.dtype))
                              for variable, source in self.writes]
-        # the writes finish() leaves in the arena until the variable is read (Variable._defer): a plain replay's
-        # new values of the arena's dtype written over the old ones, where no guard can stop a run after its rows
-        # ran (the rows would then hold a value the variable never took)
+        # per write, the value finish() leaves in the arena until the variable is read (Variable._defer), else
+        # None: a plain replay's new values of the arena's dtype written over the old ones, where no guard can stop
+        # a run after its rows ran (the rows would then hold a value the variable never took)
         read_bounds = {id(variable): self._bounds(slot) for variable, slot in self.variable_inputs}
-        self._deferred = [self._reuses and not self.slot_guards and source is None and dtype is None and bool(shape)
-                          and read_bounds.get(id(variable)) == (start, stop)
+        self._deferred = [_ArenaValue(self, start, stop)
+                          if self._reuses and not self.slot_guards and source is None and dtype is None and shape
+                          and read_bounds.get(id(variable)) == (start, stop) else None
                           for variable, source, start, stop, shape, dtype in self._write_spans]
         self._output_spans = [(None, *self._bounds(entry[1]), tuple(entry[2]), self._converted(entry[3]))
                               if entry[0] == "slot" else (entry[1], -1, 0, None, None) for entry in self.outputs]
@@ -473,8 +474,9 @@ class Concrete:
         """The outputs of the last run, after writing the variables it assigns."""
         arena = self.arena
         for (variable, constant, start, stop, shape, dtype), deferred in zip(self._write_spans, self._deferred):
-            if deferred:
-                variable._defer(_ArenaValue(self, start, stop))
+            if deferred is not None:
+                deferred.runs = self.runs       # its rows hold this run's value
+                variable._defer(deferred)
             elif constant is not None:
                 variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
             elif not shape:         # 0-d: a numpy scalar, immutable, so never written in place
@@ -545,14 +547,14 @@ del _held
 
 
 class _ArenaValue:
-    """A variable's value left in a replay's arena rows (Variable._defer): taking it writes it into the variable's
-    stored value where nothing else sees that (_overwrite), else into a new array. Every run of the variant ends
-    with finish(), which leaves the next value; a run that did not would have written over this one, and taking it
-    then raises rather than give the wrong value."""
+    """A variable's value left in a replay's arena rows (Variable._defer), one per such write of a variant, stamped
+    by each finish() with the run whose value the rows hold: taking it writes it into the variable's stored value
+    where nothing else sees that (_overwrite), else into a new array. Every run of the variant ends with finish();
+    a run that did not would have written over the value, and taking it then raises rather than give a wrong one."""
     __slots__ = ("concrete", "runs", "start", "stop")
 
     def __init__(self, concrete, start, stop):
-        self.concrete, self.runs, self.start, self.stop = concrete, concrete.runs, start, stop
+        self.concrete, self.runs, self.start, self.stop = concrete, -1, start, stop
 
     def __call__(self, variable):
         if self.concrete.runs != self.runs:

@@ -9,6 +9,7 @@ import jitape as jt
 from jitape_kernels import opcodes as oc
 from jitape_kernels.cpu.elementwise import binary_forward, binary_value, unary_forward, unary_value, where_forward
 from jitape_kernels.layout import FUSE_MIN_SIZE
+from tests.test_replay import _rows_shared
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")     # eager inf * 0
 
@@ -92,8 +93,6 @@ def test_where_over_either_input_and_unary_ops_over_their_input_equal_new_arrays
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_variables_updated_in_their_rows_by_each_elementwise_op_equal_eager(dtype, n):
     """Each op with the variable on either side, in a replay that writes every new value over the old one."""
-    from tests.test_replay import _rows_shared
-
     values = _operands(n, dtype, seed=3)
     x = jt.constant(values[1])
     updates = [lambda v: v + x, lambda v: x + v, lambda v: v - x, lambda v: x - v,

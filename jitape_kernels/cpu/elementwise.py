@@ -348,22 +348,17 @@ def unary_forward(op, x, out, p0, p1):
     # the commonest ops as branch-free loops (they vectorise; exp, log, tanh and sigmoid by vectormath's rules);
     # the rest through unary_value's dispatch
     n = x.size
-    if op == oc.SCALE and out.ctypes.data == x.ctypes.data:      # written over its input (module docstring)
-        c = out.dtype.type(p0)
-        for i in range(n):
-            out[i] = out[i] * c
+    if op == oc.SCALE:
+        if out.ctypes.data == x.ctypes.data:        # written over its input (module docstring)
+            _scale(out, out, p0)
+        else:
+            _scale(x, out, p0)
     elif op == oc.COPY or op == oc.STOP_GRADIENT:
         for i in range(n):
             out[i] = x[i]
     elif op == oc.NEG:
         for i in range(n):
             out[i] = -x[i]
-    elif op == oc.SCALE:
-        # in the arrays' dtype (the factor was recorded in it: float32 products are the double product's
-        # rounding), where a float64 factor would halve the float32 vectors
-        c = x.dtype.type(p0)
-        for i in range(n):
-            out[i] = x[i] * c
     elif op == oc.SQUARE:
         for i in range(n):
             out[i] = x[i] * x[i]
@@ -384,6 +379,16 @@ def unary_forward(op, x, out, p0, p1):
     else:
         for i in range(n):
             out[i] = unary_value(op, x[i], p0, p1)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _scale(x, out, factor):
+    """unary_forward's SCALE loop (inlined per call: module docstring), in the arrays' dtype (the factor was
+    recorded in it: float32 products are the double product's rounding), where a float64 factor would halve the
+    float32 vectors."""
+    c = x.dtype.type(factor)
+    for i in range(x.size):
+        out[i] = x[i] * c
 
 
 @njit(cache=True, error_model="numpy")
