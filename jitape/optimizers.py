@@ -73,8 +73,10 @@ class Optimizer:
             # tapes, so it is never written in place.
             out = np.empty(var.shape, var.dtype)
             value = np.ascontiguousarray(var._value).reshape(-1)
-            self._update(value, grad, var.dtype.type(lr), [s._value for s in self._slots_for(var)],
-                         out.reshape(-1))
+            slots = self._slots_for(var)
+            self._update(value, grad, var.dtype.type(lr), [s._value for s in slots], out.reshape(-1))
+            for s in slots:     # written in place (nothing else holds them): replays reading them copy them again
+                s._version += 1
             var._adopt(out)
         step._value = step._value + 1
         return self.iterations

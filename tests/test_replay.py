@@ -229,6 +229,30 @@ def test_a_training_step_with_an_optimizer_replays_like_eager_for_100_steps(make
     assert np.any(concrete._fused) == (width * 3 >= FUSE_MIN_SIZE)
 
 
+@pytest.mark.parametrize("width", [2, 6000])
+@pytest.mark.parametrize("make_optimizer", [lambda: jt.optimizers.Adam(0.05, amsgrad=True),
+                                            lambda: jt.optimizers.SGD(0.1, momentum=0.9)])
+def test_eager_and_replayed_steps_of_one_optimizer_take_turns_like_eager_steps(make_optimizer, width):
+    # the eager update writes the optimizer's slot variables in place: a replay reading them must see it
+    rng = np.random.default_rng(5)
+    x = jt.constant(rng.normal(size=(8, 3)).astype(np.float32))
+    init = rng.normal(size=(3, width)).astype(np.float32)
+
+    def step(w, opt):
+        with jt.GradientTape() as tape:
+            loss = jt.reduce_sum(jt.sin(jt.matmul(x, w)))
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+
+    eager_w, eager_opt = jt.Variable(init), make_optimizer()
+    w, opt = jt.Variable(init), make_optimizer()
+    traced = jt.function(lambda: step(w, opt))
+    for replayed in [0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0]:
+        step(eager_w, eager_opt)
+        traced() if replayed else step(w, opt)
+        np.testing.assert_array_equal(w.numpy(), eager_w.numpy())
+    assert traced.trace_count == 1
+
+
 def test_cond_and_while_loop_trip_counts_are_guards():
     @jt.function
     def f(x):
