@@ -76,7 +76,7 @@ class Optimizer:
             slots = self._slots_for(var)
             self._update(value, grad, var.dtype.type(lr), [s._value for s in slots], out.reshape(-1))
             for s in slots:     # written in place (nothing else holds them): replays reading them copy them again
-                s._version += 1
+                s._changed()
             var._adopt(out)
         step._value = step._value + 1
         return self.iterations

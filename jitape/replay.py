@@ -285,28 +285,35 @@ class Concrete:
         # A replay's arena keeps the inputs it was given (only run() writes argument rows): a run skips the
         # Tensors its last run copied (they are immutable), and a plain replay the variables whose version is the
         # one its last finish() saw, where no replay writes their rows or it writes their new values there (in
-        # place: see layout.run_layout).
+        # place: see layout.run_layout); it checks none where no variable changed since (Variable._changes).
         self._reuses = fuse
         self._reusable = [id(variable) not in written or not isinstance(written[id(variable)], np.ndarray)
                           and self._bounds(written[id(variable)]) == self._bounds(slot)
                           for variable, slot in self.variable_inputs]
+        self._rows_hold_reads = all(self._reusable)
         self._last_args = [None] * len(self._arg_spans)     # weak references to the Tensors last copied
-        self._seen_versions = None
-        # writes and outputs as finish() makes them: (variable, constant or None, start, stop, shape, dtype) and
-        # (constant, start (-1: the constant is the output), stop, shape, dtype), dtype None where it is the
-        # arena's (no conversion); a variable's shape and dtype never change
-        self._write_spans = [(variable, source, 0, 0, None, None) if isinstance(source, np.ndarray)
-                             else (variable, None, *self._bounds(source), variable._value.shape,
-                                   self._converted(variable._value.dtype))
-                             for variable, source in self.writes]
-        # per write, the value finish() leaves in the arena until the variable is read (Variable._defer), else
-        # None: a plain replay's new values of the arena's dtype written over the old ones, where no guard can stop
-        # a run after its rows ran (the rows would then hold a value the variable never took)
-        read_bounds = {id(variable): self._bounds(slot) for variable, slot in self.variable_inputs}
-        self._deferred = [_ArenaValue(self, start, stop)
-                          if self._reuses and not self.slot_guards and source is None and dtype is None and shape
-                          and read_bounds.get(id(variable)) == (start, stop) else None
-                          for variable, source, start, stop, shape, dtype in self._write_spans]
+        # after a plain replay's finish(): Variable._changes and, per variable read, the version its rows hold
+        self._seen_changes, self._seen_versions = None, [None] * len(self._variable_spans)
+        # writes as finish() makes them: (variable, constant or None, start, stop, shape, dtype), dtype None where
+        # it is the arena's (no conversion); a variable's shape and dtype never change
+        write_spans = [(variable, source, 0, 0, None, None) if isinstance(source, np.ndarray)
+                       else (variable, None, *self._bounds(source), variable._value.shape,
+                             self._converted(variable._value.dtype))
+                       for variable, source in self.writes]
+        # Writes whose values finish() leaves in the arena until the variable is read (Variable._defer), as
+        # (variable, its value there, the index of its read): a plain replay's new values of the arena's dtype
+        # written over the old ones, where no guard can stop a run after its rows ran (the rows would then hold a
+        # value the variable never took). The other writes are made at once.
+        # The others end with the index of the read of the rows they write, else -1.
+        read_at = {(id(variable), start, stop): k for k, (variable, start, stop, _) in enumerate(self._variable_spans)}
+        in_place = [read_at.get((id(variable), start, stop), -1) if source is None else -1
+                    for variable, source, start, stop, _, _ in write_spans]
+        deferred = [self._reuses and not self.slot_guards and k >= 0 and span[5] is None
+                    for span, k in zip(write_spans, in_place)]
+        self._deferred_writes = [(span[0], _ArenaValue(self, span[2], span[3]), k)
+                                 for span, k, defer in zip(write_spans, in_place, deferred) if defer]
+        self._write_spans = [(*span, k) for span, k, defer in zip(write_spans, in_place, deferred) if not defer]
+        # outputs as finish() makes them: (constant, start (-1: the constant is the output), stop, shape, dtype)
         self._output_spans = [(None, *self._bounds(entry[1]), tuple(entry[2]), self._converted(entry[3]))
                               if entry[0] == "slot" else (entry[1], -1, 0, None, None) for entry in self.outputs]
         # f returned one leaf (a tensor, None, a Python value): no nest to rebuild
@@ -318,6 +325,7 @@ class Concrete:
         self._unlent = {}           # purpose -> the references to its adjoint buffer when no gradient is lent
         self.ran = None
         self.runs = 0       # compiled calls that may have written the arena (see _ArenaValue)
+        self.finished = 0   # the last of them that finish() ended
         self.memo = {}      # what callers work out once per variant (the layouts of functional derivatives)
 
     def __len__(self):
@@ -349,7 +357,7 @@ class Concrete:
         self.runs += 1
         arena = self.arena
         last_args = self._last_args
-        for k, (i, start, stop, scalar) in enumerate(self._arg_spans):
+        for k, (i, start, stop, scalar) in enumerate(self._arg_spans) if last_args else ():
             leaf = leaves[i]
             kept = type(leaf) is Tensor
             if kept and last_args[k] is not None and last_args[k]() is leaf:
@@ -362,14 +370,17 @@ class Concrete:
                 arena[start:stop] = value.reshape(-1)
             if kept:
                 last_args[k] = weakref.ref(leaf)
-        seen, self._seen_versions = self._seen_versions, None     # this run may write variables' rows
-        for k, (variable, start, stop, scalar) in enumerate(self._variable_spans):
-            if seen is not None and self._reusable[k] and variable._version == seen[k]:
-                continue
-            if scalar:
-                arena[start] = variable._value
-            else:
-                arena[start:stop] = variable._value.reshape(-1)
+        seen, self._seen_changes = self._seen_changes, None     # this run may write variables' rows
+        if seen != Variable._changes:       # else no variable changed since the last finish()
+            versions = self._seen_versions
+            for k, (variable, start, stop, scalar) in enumerate(self._variable_spans):
+                if seen is not None and self._reusable[k] and variable._version == versions[k]:
+                    continue
+                if scalar:
+                    arena[start] = variable._value
+                else:
+                    arena[start:stop] = variable._value.reshape(-1)
+                versions[k] = variable._version
         name = config.backend if backend_name is None else backend_name
         if purpose is not None:
             replay = self._replayers.get((name, purpose))
@@ -473,20 +484,24 @@ class Concrete:
     def finish(self):
         """The outputs of the last run, after writing the variables it assigns."""
         arena = self.arena
-        for (variable, constant, start, stop, shape, dtype), deferred in zip(self._write_spans, self._deferred):
-            if deferred is not None:
-                deferred.runs = self.runs       # its rows hold this run's value
-                variable._defer(deferred)
-            elif constant is not None:
+        self.finished = self.runs       # the deferred values' rows hold this run's values
+        versions = self._seen_versions
+        if self._deferred_writes:
+            Variable._defer(self._deferred_writes, versions)
+        for variable, constant, start, stop, shape, dtype, k in self._write_spans:
+            if constant is not None:
                 variable._value = constant.astype(variable._value.dtype).reshape(variable._value.shape)[()]
             elif not shape:         # 0-d: a numpy scalar, immutable, so never written in place
                 variable._value = arena[start] if dtype is None else dtype.type(arena[start])
             elif _overwrite(variable._value, arena, start, stop):
-                variable._version += 1      # changed in place
+                variable._changed()     # changed in place
             else:
                 variable._value = _entries(arena, start, stop, shape, dtype)
+            if k >= 0:
+                versions[k] = variable._version
         if self._reuses:        # the variables' values are in the arena until the next run writes it
-            self._seen_versions = [variable._version for variable, *_ in self._variable_spans]
+            # (-1, never the count: some variable's new value is not in the rows the replay reads it from)
+            self._seen_changes = Variable._changes if self._rows_hold_reads else -1
         if self._single_output:
             constant, start, stop, shape, dtype = self._output_spans[0]
             return constant if start < 0 else Tensor(_entries(arena, start, stop, shape, dtype))
@@ -547,17 +562,17 @@ del _held
 
 
 class _ArenaValue:
-    """A variable's value left in a replay's arena rows (Variable._defer), one per such write of a variant, stamped
-    by each finish() with the run whose value the rows hold: taking it writes it into the variable's stored value
-    where nothing else sees that (_overwrite), else into a new array. Every run of the variant ends with finish();
-    a run that did not would have written over the value, and taking it then raises rather than give a wrong one."""
-    __slots__ = ("concrete", "runs", "start", "stop")
+    """A variable's value left in a replay's arena rows (Variable._defer), one per such write of a variant: taking
+    it writes it into the variable's stored value where nothing else sees that (_overwrite), else into a new array
+    (0-d: a numpy scalar). Every run of the variant ends with finish(); a run that did not would have written over
+    the value, and taking it then raises rather than give a wrong one."""
+    __slots__ = ("concrete", "start", "stop")
 
     def __init__(self, concrete, start, stop):
-        self.concrete, self.runs, self.start, self.stop = concrete, -1, start, stop
+        self.concrete, self.start, self.stop = concrete, start, stop
 
     def __call__(self, variable):
-        if self.concrete.runs != self.runs:
+        if self.concrete.runs != self.concrete.finished:
             raise RuntimeError(f"the value of variable {variable.name!r} was left in a replay's arena, and the "
                                "replay ran again without writing its variables: it is lost")
         arena, start, stop = self.concrete.arena, self.start, self.stop
@@ -630,7 +645,11 @@ class Function:
             return self.python_function(*args, **kwargs)       # inside another trace: inlined there
         if _state.recording:
             return calls.recorded_call(self, args, kwargs)     # one op on the tapes that track its inputs
-        concrete, _, traced = self.replay(args, kwargs)
+        key, leaves = signature(args, kwargs)
+        variants = self._variants.get(key)
+        if variants is not None and variants[0].run(leaves, self.backend):
+            return variants[0].finish()     # the common call, in short
+        concrete, _, traced = self._replay(key, leaves, args, kwargs, None, first=int(variants is not None))
         return concrete.finish() if traced is None else traced[0]
 
     def twin(self):
@@ -655,10 +674,15 @@ class Function:
         arena holding the call's values, and (the outputs,): the call already ran in Python. purpose: a
         gradient the variant may have bound (Concrete.bind_gradient) to take in the same call."""
         key, leaves = signature(args, kwargs)
+        return self._replay(key, leaves, args, kwargs, purpose)
+
+    def _replay(self, key, leaves, args, kwargs, purpose, first=0):
+        """replay() of the signature's (key, leaves), trying its variants from the `first`."""
         variants = self._variants.get(key)
         why = None
         if variants is not None:
-            for i, concrete in enumerate(variants):
+            for i in range(first, len(variants)):
+                concrete = variants[i]
                 if concrete.run(leaves, self.backend, purpose):
                     if i:
                         variants.insert(0, variants.pop(i))

@@ -22,7 +22,7 @@ from jitape_kernels.planning import derivative_plan
 
 from . import nest
 from .program import Program
-from .replay import Concrete, Function, signature
+from .replay import Concrete, Function
 from .tensor import Tensor, Variable
 
 FORMAT = "jitape-program"
@@ -374,9 +374,8 @@ class LoadedFunction(Function):
         raise ValueError(f"the loaded function {self.__name__!r} cannot run here: it has no Python code, and this "
                          f"call needs it (under a recording tape, or no saved trace serves these arguments)")
 
-    def replay(self, args, kwargs, purpose=None):
-        key, leaves = signature(args, kwargs)
-        key = repr(key)
+    def _replay(self, key, leaves, args, kwargs, purpose, first=0):
+        key = repr(key)     # as saved
         variants = self._variants.get(key)
         if not variants:
             raise ValueError(f"the loaded function {self.__name__!r} has no saved trace for arguments "

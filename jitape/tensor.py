@@ -232,6 +232,7 @@ class Variable(Tensor):
     """
     __slots__ = ("trainable", "name", "_version", "_pending")
     _is_variable = True
+    _changes = 0        # changes of any variable's value: see _changed
 
     def __init__(self, initial_value, trainable=True, name=None, dtype=None):
         if callable(initial_value) and not isinstance(initial_value, Tensor):
@@ -242,8 +243,14 @@ class Variable(Tensor):
         self.trainable = bool(trainable)
         self.name = name if name is not None else "Variable"
 
-    # Every change of the value counts: a replay finding a variable's version unchanged since its last call finds
-    # the value still in its arena (jitape.replay.Concrete.run)
+    # Every change of the value counts, in the variable's version and in the count of all variables' changes: a
+    # replay finding a variable's version (or that count) unchanged since its last call finds the value still in
+    # its arena (jitape.replay.Concrete.run)
+    def _changed(self):
+        """Count a change of the value (made by whoever calls: a new value or a write in place)."""
+        self._version += 1
+        Variable._changes += 1
+
     @property
     def _value(self):
         if self._pending is not None:
@@ -254,15 +261,20 @@ class Variable(Tensor):
     def _value(self, value):
         self._pending = None
         _set_slot_value(self, value)
-        self._version += 1
+        self._changed()
 
     # A replay that writes a variable's new value over its old one in its arena, and that no guard can stop once
     # its rows ran, leaves the value there (jitape.replay.Concrete.finish): the variable takes it when first read,
     # so a training loop that reads its variables only through the replay copies none of them per step.
-    def _defer(self, take):
-        """The value changed to what `take(self)` gives when first read (see above)."""
-        self._pending = take
-        self._version += 1
+    @staticmethod
+    def _defer(writes, versions):
+        """For each (variable, take, k) of `writes`, the variable's value changed to what `take(variable)` gives
+        when first read (see above), and versions[k] set to its new version: one call per replay."""
+        for variable, take, k in writes:
+            variable._pending = take
+            variable._version += 1
+            versions[k] = variable._version
+        Variable._changes += 1
 
     def _take_pending(self):
         _set_slot_value(self, self._pending(self))

@@ -452,14 +452,16 @@ def _rows_shared(concrete, variable):
     return concrete._bounds(read) == concrete._bounds(written)
 
 
-def test_a_replay_updates_variables_in_its_arena_and_reads_them_there_until_they_change():
+@pytest.mark.parametrize("shape", [(), (6,)])
+def test_a_replay_updates_variables_in_its_arena_and_reads_them_there_until_they_change(shape):
     """A training step's variables live in their replay's arena between calls: whatever changed a variable since
     (an assignment, another function's replay, a replay stopped by a guard) is read again."""
-    v = jt.Variable(np.arange(6.0))
-    w = jt.Variable(np.ones(6))
+    start = np.arange(6.0)[-int(np.prod(shape)):].reshape(shape)
+    v = jt.Variable(start)
+    w = jt.Variable(np.ones(shape))
     step = jt.function(lambda: (v.assign(v * 0.5 + w), w.assign_add(v))[0])
-    other = jt.function(lambda: v.assign_sub(jt.ones(6)))
-    expected_v, expected_w = np.arange(6.0), np.ones(6)
+    other = jt.function(lambda: v.assign_sub(jt.ones(shape)))
+    expected_v, expected_w = start, np.ones(shape)
 
     def check(run):
         nonlocal expected_v, expected_w
@@ -480,6 +482,8 @@ def test_a_replay_updates_variables_in_its_arena_and_reads_them_there_until_they
         check(run)
     concrete = step.concrete()
     assert _rows_shared(concrete, v) and _rows_shared(concrete, w)
+    step()
+    assert v._pending is not None and w._pending is not None        # 0-d values too are left in the arena
     assert step.trace_count == 1 and other.trace_count == 1
 
 
