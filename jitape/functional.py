@@ -12,7 +12,7 @@ import numpy as np
 
 from . import nest
 from .execute import one_reverse_sweep, source_gradients, source_hessian, source_jacobians
-from .replay import Function
+from .replay import Function, signature
 from .recording import _state
 from .tape import GradientTape
 from .tensor import Tensor, Variable, floatx
@@ -53,12 +53,14 @@ def _argnums(argnums, n_args, what):
 def _differentiable_args(args, nums, what):
     """args with Python floats among the differentiated ones made floatx arrays; ints and other dtypes
     refused, naming the argument."""
-    unchanged = [i for i in nums if type(args[i]) is Tensor and args[i]._value.dtype.kind == "f"]
-    if len(unchanged) == len(nums):
+    for i in nums:
+        if type(args[i]) is not Tensor or args[i]._value.dtype.kind != "f":
+            break
+    else:
         return args         # the common arguments, float Tensors, as they are
     args = list(args)
     for i in nums:
-        if i in unchanged:
+        if type(args[i]) is Tensor and args[i]._value.dtype.kind == "f":
             continue
         leaves = nest.flatten(args[i])
         fixed = []
@@ -107,7 +109,7 @@ class _Call:
                              f"its Program cannot be differentiated; differentiate the Python function instead")
         self.concrete = concrete
         self.outputs = concrete.finish() if traced is None else traced[0]
-        self._args, self._nums = args, nums
+        self._nums = nums
         # the variant fixes the arguments' structure, shapes and dtypes: their layout is worked out once
         layout = concrete.memo.get(("arguments", nums))
         if layout is None:
@@ -135,26 +137,57 @@ class _Call:
     def program(self, target):
         return self.concrete.program([target], [slot for _, slot in self.sources])
 
-    def pack(self, found, many, shape_of):
-        """found: one array, numpy scalar or Tensor per source leaf (None: not connected, zeros) -> args'
-        structure."""
+    def packing(self, many, shape_of):
+        """The _Packing of this call's derivatives (see there)."""
+        return _Packing(self.groups, self._nums, many, shape_of)
+
+
+class _Packing:
+    """Derivatives as the differentiated arguments hold their leaves: called with found, one array, numpy scalar
+    or Tensor per source leaf (None: not connected, zeros), and the arguments; many: a tuple of one result per
+    differentiated argument; shape_of(_Leaf): the shape of a leaf's derivative."""
+
+    def __init__(self, groups, nums, many, shape_of):
+        self.groups, self.nums, self.many = groups, nums, many
+        self.leaves = [[(leaf.dtype, shape_of(leaf)) for leaf, _ in group] for group in groups]
+
+    def __call__(self, found, args):
+        if not self.many and len(found) == 1 and type(args[self.nums[0]]) is Tensor:     # the common call
+            return Tensor(_derivative(found[0], *self.leaves[0][0]))
         it = iter(found)
         results = []
-        for group, i in zip(self.groups, self._nums):
-            arg = self._args[i]
-            leaves = []
-            for leaf, _ in group:
-                value = next(it)
-                shape = shape_of(leaf)
-                if type(value) is Tensor:
-                    value = value._value
-                if value is None:
-                    value = np.zeros(shape, leaf.dtype)[()]
-                elif not (isinstance(value, np.generic) and shape == ()):
-                    value = np.asarray(value).reshape(shape)[()]
-                leaves.append(Tensor(value))
-            results.append(leaves[0] if type(arg) is Tensor else nest.pack_like(arg, leaves))
-        return tuple(results) if many else results[0]
+        for leaves, i in zip(self.leaves, self.nums):
+            arg = args[i]
+            derivatives = [Tensor(_derivative(next(it), dtype, shape)) for dtype, shape in leaves]
+            results.append(derivatives[0] if type(arg) is Tensor else nest.pack_like(arg, derivatives))
+        return tuple(results) if self.many else results[0]
+
+
+def _derivative(value, dtype, shape):
+    """A leaf's derivative `value` (an array, numpy scalar or Tensor; None: zeros of `dtype`) as `shape`."""
+    if type(value) is Tensor:
+        value = value._value
+    if value is None:
+        return np.zeros(shape, dtype)[()]
+    if isinstance(value, np.generic) and shape == ():
+        return value
+    return np.asarray(value).reshape(shape)[()]
+
+
+def _taken_in_replay(fn, args, kwargs, purpose):
+    """A call whose traced variant took `purpose`'s derivatives in its own compiled call before, made in short:
+    (its outputs, the derivatives packed as memo[purpose], the variant's _Packing, packs them), else None, having
+    run nothing that finished (a call the slow way then does it all)."""
+    key, leaves = signature(args, kwargs)
+    variants = fn._variants.get(key)
+    if variants is None:
+        return None
+    concrete = variants[0]
+    packing = concrete.memo.get(purpose)
+    if packing is None or not concrete.bound(purpose, fn.backend) or not concrete.run(leaves, fn.backend, purpose):
+        return None
+    outputs = concrete.finish()
+    return outputs, packing(concrete.gradients(purpose), args)
 
 
 def _on_tape(f, args, kwargs, nums):
@@ -199,9 +232,13 @@ def value_and_grad(f, argnums=0, has_aux=False):
             return out, _pack_groups(args, nums, grads, many)
         # after its first call, a variant takes this gradient in the replay's own compiled call
         purpose = ("value_and_grad", nums)
+        taken = _taken_in_replay(fn, args, kwargs, purpose)
+        if taken is not None:
+            return taken
         call = _Call(fn, args, kwargs, nums, purpose)
         value = _value(call.outputs, has_aux, "value_and_grad")
         target = call.target(value, "value_and_grad")
+        packing = call.packing(many, lambda t: t.shape)
         if target < 0:
             found = [None] * len(call.sources)
         elif call.concrete.ran == purpose:
@@ -211,7 +248,8 @@ def value_and_grad(f, argnums=0, has_aux=False):
             found = source_gradients(call.program(target), [seed], [t for t, _ in call.sources])
             call.concrete.bind_gradient(purpose, target, [slot for _, slot in call.sources],
                                         [t.dtype for t, _ in call.sources], fn.backend)
-        return call.outputs, call.pack(found, many, lambda t: t.shape)
+            call.concrete.memo[purpose] = packing       # its outputs checked: later calls take the short way
+        return call.outputs, packing(found, args)
 
     return value_and_grad_f
 
@@ -273,11 +311,15 @@ def jacobian(f, argnums=0):
             return _pack_groups(args, nums, tape.jacobian(out, sources, unconnected_gradients="zero"), many)
         # after its first call, a variant whose Jacobian is one reverse sweep takes it in the replay's call
         purpose = ("jacobian", nums)
+        taken = _taken_in_replay(fn, args, kwargs, purpose)
+        if taken is not None:
+            return taken[1]
         call = _Call(fn, args, kwargs, nums, purpose)
         out = call.outputs
         _check_output(out, "jacobian")
         target = call.target(out, "jacobian")
         sources = [t for t, _ in call.sources]
+        packing = call.packing(many, lambda t: out.shape + t.shape)
         if target < 0:
             found = [None] * len(sources)
         elif call.concrete.ran == purpose:
@@ -288,7 +330,8 @@ def jacobian(f, argnums=0):
             if one_reverse_sweep(program, out.size, sources):
                 call.concrete.bind_gradient(purpose, target, [slot for _, slot in call.sources],
                                             [t.dtype for t in sources], fn.backend, columns=out.size)
-        return call.pack(found, many, lambda t: out.shape + t.shape)
+                call.concrete.memo[purpose] = packing       # its output checked: later calls take the short way
+        return packing(found, args)
 
     return jacobian_f
 

@@ -15,6 +15,7 @@ table; derivatives of a replay (jt.grad and friends, jitape.functional) plan
 once per (sources, target) and reuse the filled arena.
 """
 import functools
+import operator
 import sys
 import warnings
 import weakref
@@ -321,6 +322,7 @@ class Concrete:
         self._holds = self.variables_hold if self.variable_guards else None
         self._replayers = {}    # backend name (or (name, purpose): see bind_gradient) -> a replay bound to arrays
         self._gradient_rows = {}    # purpose -> (its adjoint buffer, (adjoint row, size, dtype) per source)
+        self._gradient_reads = {}   # purpose -> per source, the function of the buffer giving its gradient
         self._bindings = {}         # purpose -> (backend, its replay's arrays, the adjoint's place None)
         self._unlent = {}           # purpose -> the references to its adjoint buffer when no gradient is lent
         self.ran = None
@@ -405,6 +407,10 @@ class Concrete:
             self._step_places, self._scalars, self._step_scalars)
         return replay
 
+    def bound(self, purpose, backend_name=None):
+        """Whether run(..., purpose) takes `purpose`'s gradient in its call (see bind_gradient)."""
+        return (config.backend if backend_name is None else backend_name, purpose) in self._replayers
+
     def bind_gradient(self, purpose, target, sources, dtypes, backend_name=None, columns=1):
         """Bind, as `purpose`, a replay that ends with the reverse sweep of `target` w.r.t. `sources` (slots; -1:
         f never reads it) as one more gradient step, its results left in its adjoint rows: a jt.grad (columns
@@ -451,8 +457,19 @@ class Concrete:
         self._replayers[device.name, purpose] = device.bind_replay(*arrays)
         arrays[_ADJOINT] = None
         self._gradient_rows[purpose] = (adjoint, rows)
+        self._gradient_reads[purpose] = [self._read(row, size, dtype, adjoint.shape[1]) for row, size, dtype in rows]
         del adjoint
         self._unlent[purpose] = self._references(purpose)
+
+    def _read(self, row, size, dtype, columns):
+        """How gradients() reads a source's gradient (see there) from the adjoint buffer: a function of it."""
+        if row < 0:
+            return _unreached
+        if columns == 1 and size == 1:
+            return operator.itemgetter((row, 0)) if dtype == self.dtype else lambda adjoint: dtype.type(adjoint[row, 0])
+        if columns == 1 and size >= VIEWS_FROM and dtype == self.dtype:
+            return lambda adjoint: _lent(adjoint[row:row + size, 0])
+        return lambda adjoint: adjoint[row:row + size].T.astype(dtype)
 
     def _references(self, purpose):
         """The references to `purpose`'s adjoint buffer, counted as run() counts them: more than when it was bound
@@ -465,11 +482,8 @@ class Concrete:
         its dtype, a numpy scalar for one column of one entry, a read-only [size] view of the adjoint buffer for
         one column of at least VIEWS_FROM entries in the arena's dtype (lent: see run), None where the source is
         unreached."""
-        adjoint, rows = self._gradient_rows[purpose]
-        one_column = adjoint.shape[1] == 1
-        return [None if row < 0 else dtype.type(adjoint[row, 0]) if one_column and size == 1
-                else _lent(adjoint[row:row + size, 0]) if one_column and size >= VIEWS_FROM and dtype == self.dtype
-                else adjoint[row:row + size].T.astype(dtype) for row, size, dtype in rows]
+        adjoint = self._gradient_rows[purpose][0]
+        return [read(adjoint) for read in self._gradient_reads[purpose]]
 
     def failed_guard(self):
         """The description of the first guard the last run broke."""
@@ -524,6 +538,10 @@ class Concrete:
                 code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
                 np.array(targets, np.int64), np.array(sources, np.int64), tuple(np.zeros(0, np.int64) for _ in sources))
         return program
+
+
+def _unreached(adjoint):
+    return None
 
 
 def _lent(view):

@@ -44,12 +44,22 @@ def test_argnums_tuples_has_aux_and_unconnected_arguments():
 
     vg = jt.value_and_grad(f, argnums=(0, 2), has_aux=True)
     a, b, c = jt.constant([1.0, 2.0]), 5.0, jt.constant([3.0])
-    for scale in (1.0, 3.0):
+    for scale in (1.0, 3.0, -2.0, 0.5):       # traced, bound, then taken in the replay's call
         (value, aux), (ga, gc) = vg(a * scale, b, c)
         assert float(value) == pytest.approx(5.0 * scale ** 2)
         np.testing.assert_allclose(aux["double"].numpy(), [2.0 * scale, 4.0 * scale])
         np.testing.assert_allclose(ga.numpy(), [2.0 * scale, 4.0 * scale])
         np.testing.assert_array_equal(gc.numpy(), [0.0])
+
+
+def test_gradients_of_scalars_keep_their_dtypes_on_every_call():
+    g = jt.grad(lambda x, y, z: x * y + jt.reduce_sum(z) * y, argnums=(0, 1, 2))
+    for scale in (1.0, 2.0, 3.0, 4.0):
+        x, y = jt.constant(np.float32(scale)), jt.constant(np.float64(2.0))     # a float64 arena
+        z = jt.constant(np.full(3, scale, np.float32))
+        gx, gy, gz = g(x, y, z)
+        assert (gx.dtype, gy.dtype, gz.dtype) == (np.float32, np.float64, np.float32)
+        assert (float(gx), float(gy)) == (2.0, scale + 3 * scale) and gz.numpy().tolist() == [2.0] * 3
 
 
 def test_jacobian_hessian_and_hvp_equal_the_tape():
