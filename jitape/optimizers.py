@@ -42,6 +42,11 @@ class Optimizer:
         bias correction sees it: exact to 2**24 updates in float32)."""
         return 0 if self._step is None else int(self._step._value)
 
+    def _update_scalar(self, value, grad, lr):
+        """_update's new value of a 0-d variable from numpy scalars of its dtype, with the same operations in
+        the same order; None where a subclass has no such update (it then runs _update)."""
+        return None
+
     def _step_variable(self, dtype):
         if self._step is None:
             # the variables' dtype: a float64 count would make a float32 training step's Program float64
@@ -69,6 +74,12 @@ class Optimizer:
         if callable(lr):
             lr = lr(self.iterations)
         for _, grad, var in pairs:
+            value = var._value
+            if type(value) is not np.ndarray:       # 0-d: numpy scalars (an array costs ~0.5 us per numpy call)
+                new = self._update_scalar(value, grad[0], value.dtype.type(lr))
+                if new is not None:
+                    var._value = new
+                    continue
             # A fresh output array: the old value may still be referenced by
             # tapes, so it is never written in place.
             out = np.empty(var.shape, var.dtype)
@@ -139,6 +150,9 @@ class SGD(Optimizer):
                                self.nesterov, out)
         else:
             np.subtract(value, grad * lr, out=out)
+
+    def _update_scalar(self, value, grad, lr):
+        return None if self.momentum else value - grad * lr
 
     def _update_traced(self, value, grad, lr, slots, step):
         scaled = grad * lr
@@ -228,10 +242,11 @@ def _validate(grads_and_vars):
             raise TypeError(
                 f"Gradient for variable '{var.name}' has dtype {array.dtype}; "
                 "expected a real number type")
-        if array.shape != tuple(var.shape):
+        shape = var.shape
+        if array.shape != shape:
             raise ValueError(
                 f"Gradient for variable '{var.name}' has shape {array.shape}, "
-                f"but the variable has shape {tuple(var.shape)}; pair each gradient "
+                f"but the variable has shape {shape}; pair each gradient "
                 "with its own variable, e.g. zip(tape.gradient(loss, vars), vars)")
         flat = np.ascontiguousarray(array, dtype=var.dtype).reshape(-1)
         pairs.append((grad, flat, var))

@@ -61,10 +61,11 @@ def run(opt, init, grads, as_tensor=False):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("momentum, nesterov", [(0.0, False), (0.9, False), (0.9, True),
                                                 (0.5, True)])
-def test_sgd_matches_keras_formula(dtype, momentum, nesterov):
+@pytest.mark.parametrize("shape", [(3, 4), ()])     # (): numpy scalars, updated apart
+def test_sgd_matches_keras_formula(dtype, momentum, nesterov, shape):
     rng = np.random.default_rng(0)
-    init = rng.normal(size=(3, 4)).astype(dtype)
-    grads = [rng.normal(size=(3, 4)).astype(dtype) for _ in range(6)]
+    init = np.asarray(rng.normal(size=shape).astype(dtype))
+    grads = [rng.normal(size=shape).astype(dtype) for _ in range(6)]
     opt = jt.optimizers.SGD(learning_rate=0.1, momentum=momentum, nesterov=nesterov)
     got = run(opt, init, grads, as_tensor=True)
     for g, e in zip(got, sgd_reference(init, grads, 0.1, momentum, nesterov)):
@@ -84,10 +85,11 @@ def test_sgd_closed_form():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("amsgrad", [False, True])
-def test_adam_matches_keras_formula(dtype, amsgrad):
+@pytest.mark.parametrize("shape", [(5,), ()])
+def test_adam_matches_keras_formula(dtype, amsgrad, shape):
     rng = np.random.default_rng(1)
-    init = rng.normal(size=(5,)).astype(dtype)
-    grads = [rng.normal(scale=s, size=(5,)).astype(dtype) for s in (1, 3, 0.1, 2, 1e-3, 1)]
+    init = np.asarray(rng.normal(size=shape).astype(dtype))
+    grads = [np.asarray(rng.normal(scale=s, size=shape).astype(dtype)) for s in (1, 3, 0.1, 2, 1e-3, 1)]
     opt = jt.optimizers.Adam(learning_rate=0.01, amsgrad=amsgrad)
     got = run(opt, init, grads)
     expected = adam_reference(init, grads, 0.01, 0.9, 0.999, 1e-7, amsgrad)
