@@ -76,10 +76,11 @@ class Optimizer:
         for _, grad, var in pairs:
             value = var._value
             if type(value) is not np.ndarray:       # 0-d: numpy scalars (an array costs ~0.5 us per numpy call)
-                new = self._update_scalar(value, grad[0], value.dtype.type(lr))
+                new = self._update_scalar(value, value.dtype.type(grad), value.dtype.type(lr))
                 if new is not None:
                     var._value = new
                     continue
+            grad = np.ascontiguousarray(grad, dtype=var.dtype).reshape(-1)
             # A fresh output array: the old value may still be referenced by
             # tapes, so it is never written in place.
             out = np.empty(var.shape, var.dtype)
@@ -219,7 +220,7 @@ def _check_number(name, value):
 
 
 def _validate(grads_and_vars):
-    """Return ([(grad as given, flat contiguous grad in the variable's dtype, var), ...],
+    """Return ([(grad as given, grad as a numpy array, var), ...],
     names of variables whose gradient is None), raising on any bad pair."""
     pairs, missing = [], []
     for index, pair in enumerate(grads_and_vars):
@@ -248,8 +249,7 @@ def _validate(grads_and_vars):
                 f"Gradient for variable '{var.name}' has shape {array.shape}, "
                 f"but the variable has shape {shape}; pair each gradient "
                 "with its own variable, e.g. zip(tape.gradient(loss, vars), vars)")
-        flat = np.ascontiguousarray(array, dtype=var.dtype).reshape(-1)
-        pairs.append((grad, flat, var))
+        pairs.append((grad, array, var))
     if not pairs:
         raise ValueError(
             "No gradients provided for any variable"
