@@ -3,9 +3,18 @@
 
 def flatten(structure):
     """The leaves of `structure` in a fixed order (dict entries by sorted key, as TensorFlow's nest)."""
+    if type(structure) is list or type(structure) is tuple:     # a flat list of leaves, the common nest, at once
+        for item in structure:
+            if isinstance(item, _NESTS):
+                break
+        else:
+            return list(structure)
     leaves = []
     _flatten_into(structure, leaves)
     return leaves
+
+
+_NESTS = (list, tuple, dict)
 
 
 def _flatten_into(s, leaves):
@@ -25,6 +34,9 @@ def _sort_key(key):
 
 def pack_like(structure, leaves):
     """Rebuild `structure`'s shape with `leaves` (as returned in flatten's order)."""
+    if type(structure) is list and len(structure) == len(leaves) and not any(isinstance(s, _NESTS)
+                                                                               for s in structure):
+        return list(leaves)         # a flat list of leaves, at once
     it = iter(leaves)
     return _pack(structure, it)
 
