@@ -148,7 +148,7 @@ class _Packing:
     differentiated argument; shape_of(_Leaf): the shape of a leaf's derivative."""
 
     def __init__(self, groups, nums, many, shape_of):
-        self.groups, self.nums, self.many = groups, nums, many
+        self.nums, self.many = nums, many
         self.leaves = [[(leaf.dtype, shape_of(leaf)) for leaf, _ in group] for group in groups]
 
     def __call__(self, found, args):
@@ -175,9 +175,9 @@ def _derivative(value, dtype, shape):
 
 
 def _taken_in_replay(fn, args, kwargs, purpose):
-    """A call whose traced variant took `purpose`'s derivatives in its own compiled call before, made in short:
-    (its outputs, the derivatives packed as memo[purpose], the variant's _Packing, packs them), else None, having
-    run nothing that finished (a call the slow way then does it all)."""
+    """A call whose traced variant took `purpose`'s derivatives in its own compiled call before (memo[purpose]
+    holds the variant's _Packing), made in short: (its outputs, its derivatives packed like the arguments); else
+    None, with nothing run that a call the slow way would need undone."""
     key, leaves = signature(args, kwargs)
     variants = fn._variants.get(key)
     if variants is None:

@@ -3,18 +3,24 @@
 
 def flatten(structure):
     """The leaves of `structure` in a fixed order (dict entries by sorted key, as TensorFlow's nest)."""
-    if type(structure) is list or type(structure) is tuple:     # a flat list of leaves, the common nest, at once
-        for item in structure:
-            if isinstance(item, _NESTS):
-                break
-        else:
-            return list(structure)
+    if _flat_sequence(structure):       # the common nest, at once
+        return list(structure)
     leaves = []
     _flatten_into(structure, leaves)
     return leaves
 
 
 _NESTS = (list, tuple, dict)
+
+
+def _flat_sequence(s):
+    """Whether `s` is a plain list or tuple of leaves."""
+    if type(s) is not list and type(s) is not tuple:
+        return False
+    for item in s:
+        if isinstance(item, _NESTS):
+            return False
+    return True
 
 
 def _flatten_into(s, leaves):
@@ -34,9 +40,8 @@ def _sort_key(key):
 
 def pack_like(structure, leaves):
     """Rebuild `structure`'s shape with `leaves` (as returned in flatten's order)."""
-    if type(structure) is list and len(structure) == len(leaves) and not any(isinstance(s, _NESTS)
-                                                                               for s in structure):
-        return list(leaves)         # a flat list of leaves, at once
+    if _flat_sequence(structure) and len(structure) == len(leaves):     # at once
+        return list(leaves) if type(structure) is list else tuple(leaves)
     it = iter(leaves)
     return _pack(structure, it)
 

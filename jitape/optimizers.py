@@ -84,7 +84,7 @@ class Optimizer:
             # A fresh output array: the old value may still be referenced by
             # tapes, so it is never written in place.
             out = np.empty(var.shape, var.dtype)
-            value = np.ascontiguousarray(var._value).reshape(-1)
+            value = np.ascontiguousarray(value).reshape(-1)
             slots = self._slots_for(var)
             self._update(value, grad, var.dtype.type(lr), [s._value for s in slots], out.reshape(-1))
             for s in slots:     # written in place (nothing else holds them): replays reading them copy them again

@@ -304,8 +304,8 @@ class Concrete:
         # Writes whose values finish() leaves in the arena until the variable is read (Variable._defer), as
         # (variable, its value there, the index of its read): a plain replay's new values of the arena's dtype
         # written over the old ones, where no guard can stop a run after its rows ran (the rows would then hold a
-        # value the variable never took). The other writes are made at once.
-        # The others end with the index of the read of the rows they write, else -1.
+        # value the variable never took). The other writes are made at once; their spans end with the index of
+        # the read of the rows they write (-1: none).
         read_at = {(id(variable), start, stop): k for k, (variable, start, stop, _) in enumerate(self._variable_spans)}
         in_place = [read_at.get((id(variable), start, stop), -1) if source is None else -1
                     for variable, source, start, stop, _, _ in write_spans]
