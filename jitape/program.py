@@ -181,20 +181,46 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
 _PROGRAMS_KEPT = 8      # per persistent tape: a gradient, a Jacobian, a Hessian ... of one recording
 
 
-def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
-    aliases = tuple(np.array(a, np.int64) for a in alias_lists)
+def _planned(tape, target_slots, source_slots, reads):
+    """plan()'s results for what `tape` recorded, with its dtype and int attributes. They depend on the recorded
+    rows, slot rows and int attributes alone: the tapes of a training loop, which record the same rows every step,
+    plan once (kept for recordings of up to _PLANNED_ROWS rows; their Programs share the arrays, which nothing
+    writes, and none is handed out)."""
+    key = None
+    if reads != READS_ALL and len(tape._rows) <= _PLANNED_ROWS * 48:     # READS_ALL: a Program handed out
+        key = (bytes(tape._rows), bytes(tape._slot_rows), bytes(tape._iattr), target_slots.tobytes(),
+               source_slots.tobytes(), reads)
+        found = _plans.get(key)
+        if found is not None:
+            return found
     # views, not copies: they die with this call, so the tape's arrays can still grow
     rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
     slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
     code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, is_float64 = plan(
-        rows, slot_rows, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), False, reads)
-    dtype = np.dtype(np.float64 if is_float64 else np.float32)
+        rows, slot_rows, target_slots, source_slots, False, reads)
+    planned = (code, slots, adjoint_rows, scalar_slots, array_slots, int(arena_size), int(adjoint_size),
+               np.dtype(np.float64 if is_float64 else np.float32), np.frombuffer(tape._iattr, np.int64).copy())
+    if key is not None:
+        if len(_plans) >= _PLANS_KEPT:
+            _plans.pop(next(iter(_plans)))
+        _plans[key] = planned
+    return planned
+
+
+_plans = {}
+_PLANS_KEPT = 64
+_PLANNED_ROWS = 4096
+
+
+def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
+    aliases = tuple(np.array(a, np.int64) for a in alias_lists)
+    code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, dtype, iattr = _planned(
+        tape, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), reads)
     home_slots = (_home_slots(tape._values, slots, array_slots, dtype)
                   if reads != READS_ALL and arena_size >= HOME_MIN_ENTRIES else [])
     arena = fill_arena(tape._values, slots, scalar_slots, array_slots, arena_size, dtype, allocate, home_slots)
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
-    iattr = np.frombuffer(tape._iattr, np.int64).copy()
-    program = Program(code, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),
+    program = Program(code, slots, iattr, fattr, arena, adjoint_rows, adjoint_size,
                       target_slots, np.array(source_list, np.int64), aliases)
     if home_slots:
         program.homes = np.zeros(slots.shape[0], np.int64)

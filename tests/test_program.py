@@ -276,6 +276,7 @@ def test_a_persistent_tape_plans_each_derivative_once(monkeypatch):
     planned = []
     real = program_module.plan
     monkeypatch.setattr(program_module, "plan", lambda *a: planned.append(1) or real(*a))
+    monkeypatch.setattr(program_module, "_plans", {})       # no plan kept from another tape's recording
     x = jt.constant([0.5, -0.25, 2.0])
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
@@ -291,6 +292,48 @@ def test_a_persistent_tape_plans_each_derivative_once(monkeypatch):
         z = y * 2.0
     np.testing.assert_allclose(tape.gradient(z, x).numpy(), 2 * first[0], rtol=1e-6)
     assert len(planned) == 2
+
+
+def test_tapes_recording_the_same_rows_plan_once(monkeypatch):
+    """A training loop records the same rows on a fresh tape every step: the plan of the first serves the rest,
+    with each tape's own values; another recording (shapes, an op's attributes, the sources, a dtype) plans
+    anew, and so does a Program handed out."""
+    planned = []
+    real = jitape.program.plan
+    monkeypatch.setattr(jitape.program, "plan", lambda *a: planned.append(1) or real(*a))
+    monkeypatch.setattr(jitape.program, "_plans", {})
+    rng = np.random.default_rng(3)
+
+    def step(value, axis=0, dtype=np.float64, both=False):
+        x, w = jt.constant(value.astype(dtype)), jt.constant(np.full(value.shape[-1], 0.5, dtype))
+        with jt.GradientTape() as tape:
+            tape.watch([x, w])
+            y = jt.reduce_sum(jt.reduce_sum(jt.sin(x) * w, axis) ** 2)
+        found = tape.gradient(y, [x, w] if both else x)
+        s = np.sin(value) * 0.5
+        expected = np.cos(value) * 0.5 * 2 * np.expand_dims(np.sum(s, axis), axis)
+        np.testing.assert_allclose((found[0] if both else found).numpy(), expected,
+                                   rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+    for _ in range(4):
+        step(rng.standard_normal((3, 4)))
+    assert len(planned) == 1
+    step(rng.standard_normal((3, 4)), axis=1)       # the same rows but for the reduction's axis
+    step(rng.standard_normal((2, 4)))
+    step(rng.standard_normal((3, 4)), both=True)
+    step(rng.standard_normal((3, 4)), dtype=np.float32)
+    assert len(planned) == 5
+    for _ in range(2):
+        step(rng.standard_normal((3, 4)), axis=1)
+        step(rng.standard_normal((3, 4)), both=True)
+    assert len(planned) == 5
+    x = jt.constant(rng.standard_normal((3, 4)))
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = jt.reduce_sum(jt.sin(x))
+    tape.program(y, x)
+    tape.program(y, x)
+    assert len(planned) == 7        # handed out: arrays of its own, never a kept plan's
 
 
 def test_repeated_gradients_on_a_persistent_tape_make_the_same_python_calls_whatever_the_length():

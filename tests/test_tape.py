@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import jitape as jt
+import jitape.program
 from jitape import recycling
 
 NOT_PERSISTENT_MSG = (
@@ -693,11 +694,14 @@ def _chain_reference(n_steps, x0=0.3):
     return xbar + ybar
 
 
-def test_gradient_python_calls_independent_of_tape_length():
+@pytest.mark.parametrize("kept_plans", [False, True])
+def test_gradient_python_calls_independent_of_tape_length(kept_plans, monkeypatch):
     # Warm up first: a small tape compiles the kernels, a 10,000-op one sizes
     # the per-thread buffers that are reused across sweeps (a one-off growth,
-    # not a per-op cost). Then count one gradient of each length.
-    for n in (40, 10_000):
+    # not a per-op cost). Then count one gradient of each length: planned anew
+    # (no plans kept), or with the plan a tape recording the same rows left.
+    monkeypatch.setattr(jitape.program, "_PLANNED_ROWS", 20_000 if kept_plans else 0)
+    for n in (40, 1_000, 10_000):
         tape, y, x = _scalar_chain(n)
         tape.gradient(y, x)
     counts = {}
