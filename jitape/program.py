@@ -6,6 +6,7 @@ offsets) and the recorded values are packed with one np.fromiter (scalars) and
 one np.concatenate (arrays).
 """
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -94,28 +95,54 @@ class Program:
     __repr__ = __str__
 
 
-def fill_arena(values, slots, scalar_slots, array_slots, size, dtype, allocate, home_slots=()):
-    """The arena of a planned Program: the recorded values of the slots its sweeps read, scalars first (one
-    np.fromiter), then arrays (one np.concatenate per run between `home_slots`, whose values are read where
-    they live); the rest of the arena is left as allocated (NaN with jt.config.check_unread_values, so a kernel
-    reading a value its opcode does not declare, or a home slot's rows, shows)."""
+class ArenaFill(NamedTuple):
+    """The recorded values that fill a planned arena: the scalar slots' (its first rows, in order), then the array
+    slots', back to back from row `start` to row `stop`."""
+    scalars: list
+    arrays: list
+    start: int
+    stop: int
+
+
+def arena_fill(slots, scalar_slots, array_slots):
+    """The ArenaFill of plan()'s scalar_slots and array_slots."""
+    arrays = array_slots.tolist()
+    if not arrays:
+        return ArenaFill(scalar_slots.tolist(), arrays, 0, 0)
+    last = arrays[-1]
+    return ArenaFill(scalar_slots.tolist(), arrays, int(slots[arrays[0], oc.OFFSET]),
+                     int(slots[last, oc.OFFSET] + slots[last, oc.SIZE]))
+
+
+def fill_arena(values, slots, fill, size, dtype, allocate, home_slots=()):
+    """The arena of a planned Program: the recorded values of the slots its sweeps read (`fill`, an ArenaFill),
+    scalars first (one np.fromiter), then arrays (one np.concatenate per run between `home_slots`, whose values
+    are read where they live); the rest of the arena is left as allocated (NaN with
+    jt.config.check_unread_values, so a kernel reading a value its opcode does not declare, or a home slot's
+    rows, shows)."""
     arena = allocate(size, dtype)
     if config.check_unread_values:
         arena.fill(np.nan)
-    n_scalar = scalar_slots.size
-    if n_scalar > _SCALARS_ONE_BY_ONE:
-        arena[:n_scalar] = np.fromiter(map(values.__getitem__, scalar_slots.tolist()), dtype, n_scalar)
+    scalars = fill.scalars
+    if len(scalars) > _SCALARS_ONE_BY_ONE:
+        arena[:len(scalars)] = np.fromiter(map(values.__getitem__, scalars), dtype, len(scalars))
     else:
-        for row, slot in enumerate(scalar_slots.tolist()):
+        for row, slot in enumerate(scalars):
             arena[row] = values[slot]
-    # the runs of array slots between home slots (one run, all of them, when there are none); a run's slots
-    # lie back to back in the arena
-    array_list = array_slots.tolist()
-    at = array_slots.searchsorted(home_slots).tolist() if len(home_slots) else []
-    for first, last in zip([0] + [i + 1 for i in at], at + [len(array_list)]):
+    arrays = fill.arrays
+    if not home_slots:
+        if len(arrays) == 1:        # np.concatenate's setup costs more than the copy of a small value
+            arena[fill.start:fill.stop] = values[arrays[0]].reshape(-1)
+        elif arrays:
+            np.concatenate(list(map(values.__getitem__, arrays)), axis=None, out=arena[fill.start:fill.stop],
+                           casting="same_kind")
+        return arena
+    # the runs of array slots between home slots; a run's slots lie back to back in the arena
+    at = np.searchsorted(arrays, home_slots).tolist()
+    for first, last in zip([0] + [i + 1 for i in at], at + [len(arrays)]):
         if first < last:
-            start, end = int(slots[array_list[first], oc.OFFSET]), array_list[last - 1]
-            np.concatenate(list(map(values.__getitem__, array_list[first:last])), axis=None,
+            start, end = int(slots[arrays[first], oc.OFFSET]), arrays[last - 1]
+            np.concatenate(list(map(values.__getitem__, arrays[first:last])), axis=None,
                            out=arena[start:int(slots[end, oc.OFFSET] + slots[end, oc.SIZE])], casting="same_kind")
     return arena
 
@@ -198,8 +225,9 @@ def _planned(tape, target_slots, source_slots, reads):
     slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
     code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, is_float64 = plan(
         rows, slot_rows, target_slots, source_slots, False, reads)
-    planned = (code, slots, adjoint_rows, scalar_slots, array_slots, int(arena_size), int(adjoint_size),
-               np.dtype(np.float64 if is_float64 else np.float32), np.frombuffer(tape._iattr, np.int64).copy())
+    planned = (code, slots, adjoint_rows, arena_fill(slots, scalar_slots, array_slots), array_slots,
+               int(arena_size), int(adjoint_size), np.dtype(np.float64 if is_float64 else np.float32),
+               np.frombuffer(tape._iattr, np.int64).copy())
     if key is not None:
         if len(_plans) >= _PLANS_KEPT:
             _plans.pop(next(iter(_plans)))
@@ -214,11 +242,11 @@ _PLANNED_ROWS = 4096
 
 def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
     aliases = tuple(np.array(a, np.int64) for a in alias_lists)
-    code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, dtype, iattr = _planned(
+    code, slots, adjoint_rows, fill, array_slots, arena_size, adjoint_size, dtype, iattr = _planned(
         tape, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), reads)
     home_slots = (_home_slots(tape._values, slots, array_slots, dtype)
                   if reads != READS_ALL and arena_size >= HOME_MIN_ENTRIES else [])
-    arena = fill_arena(tape._values, slots, scalar_slots, array_slots, arena_size, dtype, allocate, home_slots)
+    arena = fill_arena(tape._values, slots, fill, arena_size, dtype, allocate, home_slots)
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
     program = Program(code, slots, iattr, fattr, arena, adjoint_rows, adjoint_size,
                       target_slots, np.array(source_list, np.int64), aliases)
@@ -228,6 +256,6 @@ def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
         program.away = (tape._values, home_slots)
     if reads != READS_ALL:
         # the tape's list of values only grows (slot numbers stay valid); complete() finds the slots left out
-        program.unfilled = (tape._values, scalar_slots.size, array_slots)
+        program.unfilled = (tape._values, len(fill.scalars), array_slots)
     return program
 

@@ -28,7 +28,7 @@ from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest, recycling
 from . import backend as backends     # not `backend`: Function's argument of that name would shadow it
-from .program import Program, fill_arena
+from .program import Program, arena_fill, fill_arena
 from .recording import _state
 from .tape import GradientTape
 from .tensor import VIEWS_FROM, Tensor, Variable, _slot_value
@@ -187,7 +187,8 @@ class Concrete:
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
             rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, READS_ALL)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
-        self.arena = fill_arena(trace._values, slots, scalar_slots, array_slots, arena_size, self.dtype, np.empty)
+        self.arena = fill_arena(trace._values, slots, arena_fill(slots, scalar_slots, array_slots), arena_size,
+                                self.dtype, np.empty)
         # compact the slot table to the slots the Program uses
         used = np.flatnonzero(slots[:, oc.OFFSET] >= 0)
         renumber = np.full(slots.shape[0] + 1, -1, np.int64)     # index -1 maps to -1

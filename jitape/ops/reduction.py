@@ -64,9 +64,16 @@ def _prod_vjp(g, out, ins, p, w):
 def _logsumexp_np(x, outer, n, inner, out_shape):
     """log(sum(exp(x - s))) + s along the middle axis, s the largest entry where finite, else 0 (an inf or NaN
     entry, or an empty axis's log(0) = -inf, then comes out unshifted, as numpy's)."""
-    v = x.reshape(outer, n, inner)
     if n == 0:
         return np.full(out_shape, -np.inf, x.dtype)[()]
+    if outer == 1 and inner == 1:       # every entry: the same steps on scalars (a third of a small call's cost)
+        flat = x.reshape(-1)
+        peak = np.maximum.reduce(flat)
+        shift = peak if math.isfinite(peak) else x.dtype.type(0)
+        exps = flat - shift
+        np.exp(exps, out=exps)
+        return (np.log(np.add.reduce(exps)) + shift).reshape(out_shape)[()]
+    v = x.reshape(outer, n, inner)
     peak = np.maximum.reduce(v, axis=1, keepdims=True)
     shift = np.where(np.isfinite(peak), peak, x.dtype.type(0))
     exps = v - shift
