@@ -98,9 +98,9 @@ class CPU(Backend):
 
     def _temps(self, program, columns):
         """The kernels' scratch for a sweep of `columns` columns over `program` (planned once per Program)."""
-        planned = program.__dict__.get("temps")
+        planned = program.memo.get("temps")
         if planned is None:
-            planned = program.temps = self._kernels.planned_temps(program.code, program.iattr)
+            planned = program.memo["temps"] = self._kernels.planned_temps(program.code, program.iattr)
         return workspace.scratch(planned[0] + planned[1] * columns, program.arena.dtype)
 
     def reverse(self, program, adjoint, written):

@@ -27,11 +27,13 @@ def _sweep(program, adjoint, written, runner=None, complete=False):
     cotangents, zeros where the sweep never reached them; with `complete`, every active slot's rows do."""
     (runner or backend.current()).reverse(program, adjoint, written)
     if complete:
-        unwritten = np.flatnonzero(~written & (program.adjoint_rows >= 0)).tolist()
-    else:
-        unwritten = [s for i in range(len(program.sources)) for s in _source_slots(program, i) if not written[s]]
-    for s in unwritten:
-        adjoint[program.adjoint_rows[s]:program.adjoint_rows[s] + program.slots[s, oc.SIZE]] = 0
+        for s in np.flatnonzero(~written & (program.adjoint_rows >= 0)).tolist():
+            adjoint[program.adjoint_rows[s]:program.adjoint_rows[s] + program.slots[s, oc.SIZE]] = 0
+        return adjoint
+    for spans in _source_spans(program):
+        for s, row, size in spans:
+            if not written[s]:
+                adjoint[row:row + size] = 0
     return adjoint
 
 
@@ -96,14 +98,25 @@ def _identity_sweep(program, batch, features, start, k):
     return _sweep(program, adjoint, written)
 
 
+def _source_spans(program):
+    """Per source, (slot, adjoint row, size) of it and of its earlier values (aliases), where active toward the
+    target: planned once per Program (its memo)."""
+    spans = program.memo.get("source spans")
+    if spans is None:
+        rows, sizes = program.adjoint_rows, program.slots[:, oc.SIZE]
+        spans = program.memo["source spans"] = [
+            [(s, int(rows[s]), int(sizes[s])) for s in (slot, *aliases.tolist()) if s >= 0 and rows[s] >= 0]
+            for slot, aliases in zip(program.sources.tolist(), program.source_aliases)]
+    return spans
+
+
 def _source_slots(program, i):
     """Slots of source i and of its earlier values (aliases), where active toward the target."""
-    return [s for s in (program.sources[i], *program.source_aliases[i].tolist())
-            if s >= 0 and program.adjoint_rows[s] >= 0]
+    return [s for s, _, _ in _source_spans(program)[i]]
 
 
 def _source_rows(program, i):
-    return [program.adjoint_rows[s] for s in _source_slots(program, i)]
+    return [row for _, row, _ in _source_spans(program)[i]]
 
 
 def _seed_source_rows(tangent, rows, batch, features, entry, column, count):
@@ -144,13 +157,11 @@ def _target_row(program):
 def source_blocks(program, adjoint):
     """Each source's [size, K] block of the adjoint (None when the source is inactive)."""
     blocks = []
-    for slot, aliases in zip(program.sources.tolist(), program.source_aliases):
+    for spans in _source_spans(program):
         block = None
-        for s in (slot, *aliases.tolist()) if aliases.size else (slot,):
-            row = program.adjoint_rows[s] if s >= 0 else -1
-            if row >= 0:
-                part = adjoint[row:row + program.slots[s, oc.SIZE]]
-                block = part if block is None else block + part
+        for _, row, size in spans:
+            part = adjoint[row:row + size]
+            block = part if block is None else block + part
         blocks.append(block)
     return blocks
 
@@ -162,11 +173,22 @@ def lowered(tape, targets, sources, reads=READS_ANY_ORDER):
     return lower(tape, targets, sources, _arena, reads)
 
 
+def _unit_blocks(program):
+    """Every target's seed of ones as a [size, 1] block (None for a target the tape did not record): planned
+    once per Program (its memo), and only read."""
+    blocks = program.memo.get("unit blocks")
+    if blocks is None:
+        blocks = program.memo["unit blocks"] = [None if t < 0 else np.ones((int(program.slots[t, oc.SIZE]), 1),
+                                                                            program.dtype)
+                                                for t in program.targets.tolist()]
+    return blocks
+
+
 def source_gradients(program, seeds, sources):
-    """tape.gradient's compiled path: one sweep with K = 1 over `program` (sources: the tensors, for
-    shapes and dtypes)."""
-    blocks = [None if s is None else np.asarray(s._value if isinstance(s, Tensor) else s).reshape(-1, 1)
-              for s in seeds]
+    """tape.gradient's compiled path: one sweep with K = 1 over `program` (seeds: per target, None or its
+    cotangent; None: every target's ones; sources: the tensors, for shapes and dtypes)."""
+    blocks = _unit_blocks(program) if seeds is None else [
+        None if s is None else np.asarray(s._value if isinstance(s, Tensor) else s).reshape(-1, 1) for s in seeds]
     kept = program.keeps_cotangents and _unit_seed(program, blocks)
     adjoint = _unit_cotangents(program) if kept else reverse(program, blocks)
     # large gradients are read-only views of a workspace adjoint (it is not reused while they live: _Workspace),

@@ -35,16 +35,21 @@ class Program:
     # per slot, the address of a value the sweeps read where it lives, not in the arena (0: in the arena);
     # NO_HOMES: every value is in the arena (see lower)
     homes: np.ndarray = None
+    # what the sweeps plan of the Program once (the kernels' scratch, source rows), shared by the Programs of
+    # one kept plan (see _planned); a cache, not part of the Program
+    memo: dict = None
 
     def __post_init__(self):
         if self.homes is None:
             self.homes = NO_HOMES
+        if self.memo is None:
+            self.memo = {}
 
     def __getstate__(self):
         self.complete()
         state = dict(self.__dict__)
-        state.pop("cotangents", None)       # caches, not part of the Program
-        state.pop("temps", None)
+        state.pop("cotangents", None)       # a cache, not part of the Program
+        state["memo"] = {}
         return state
 
     def complete(self):
@@ -187,18 +192,17 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
     values holds them, and recorded values are never written in place); complete() copies them in before a
     Program is handed out.
     """
-    target_slots = np.array([_slot_if_tracked(tape, t) for t in targets], np.int64)
-    source_list = [_slot_if_tracked(tape, s) for s in sources]
-    alias_lists = [tape._aliases.get(s._id, []) for s in sources]
+    target_slots = tuple(_slot_if_tracked(tape, t) for t in targets)
+    source_slots = tuple(_slot_if_tracked(tape, s) for s in sources)
+    aliases = tuple(tuple(tape._aliases.get(s._id, ())) for s in sources) if tape._aliases else ((),) * len(sources)
     if not tape._persistent:
-        return _lower(tape, target_slots, source_list, alias_lists, allocate, reads)
-    key = (len(tape._rows), len(tape._slot_rows), target_slots.tobytes(), tuple(source_list),
-           tuple(map(tuple, alias_lists)))
+        return _lower(tape, target_slots, source_slots, aliases, allocate, reads)
+    key = (len(tape._rows), len(tape._slot_rows), target_slots, source_slots, aliases)
     program = tape._programs.get(key)
     if program is None:
         if len(tape._programs) >= _PROGRAMS_KEPT:
             tape._programs.pop(next(iter(tape._programs)))
-        program = tape._programs[key] = _lower(tape, target_slots, source_list, alias_lists, recycling.take,
+        program = tape._programs[key] = _lower(tape, target_slots, source_slots, aliases, recycling.take,
                                                READS_ANY_ORDER)
         recycling.keep(program, program.arena)
         program.keeps_cotangents = True
@@ -208,31 +212,44 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
 _PROGRAMS_KEPT = 8      # per persistent tape: a gradient, a Jacobian, a Hessian ... of one recording
 
 
-def _planned(tape, target_slots, source_slots, reads):
-    """plan()'s results for what `tape` recorded, with its dtype and int attributes. They depend on the recorded
-    rows, slot rows and int attributes alone: the tapes of a training loop, which record the same rows every step,
-    plan once (kept for recordings of up to _PLANNED_ROWS rows; their Programs share the arrays, which nothing
-    writes, and none is handed out)."""
-    key = None
-    if reads != READS_ALL and len(tape._rows) <= _PLANNED_ROWS * 48:     # READS_ALL: a Program handed out
-        key = (bytes(tape._rows), bytes(tape._slot_rows), bytes(tape._iattr), target_slots.tobytes(),
-               source_slots.tobytes(), reads)
-        found = _plans.get(key)
-        if found is not None:
-            return found
-    # views, not copies: they die with this call, so the tape's arrays can still grow
-    rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
-    slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
-    code, slots, adjoint_rows, scalar_slots, array_slots, arena_size, adjoint_size, is_float64 = plan(
-        rows, slot_rows, target_slots, source_slots, False, reads)
-    planned = (code, slots, adjoint_rows, arena_fill(slots, scalar_slots, array_slots), array_slots,
-               int(arena_size), int(adjoint_size), np.dtype(np.float64 if is_float64 else np.float32),
-               np.frombuffer(tape._iattr, np.int64).copy())
-    if key is not None:
+class _Plan:
+    """plan()'s results for one recording, derivative and set of reads, with what a Program of it needs beside
+    its values, and `memo`: what its sweeps plan of it once (see Program.memo)."""
+    __slots__ = ("code", "slots", "adjoint_rows", "fill", "array_slots", "arena_size", "adjoint_size", "dtype",
+                 "iattr", "targets", "sources", "source_aliases", "memo")
+
+    def __init__(self, tape, target_slots, source_slots, aliases, reads):
+        # views, not copies: they die with this call, so the tape's arrays can still grow
+        rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
+        slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
+        self.targets = np.array(target_slots, np.int64)
+        self.sources = np.array(source_slots, np.int64)
+        self.source_aliases = tuple(np.array(a, np.int64) for a in aliases)
+        self.code, self.slots, self.adjoint_rows, scalar_slots, self.array_slots, arena_size, adjoint_size, \
+            is_float64 = plan(rows, slot_rows, self.targets, np.concatenate((self.sources, *self.source_aliases)),
+                              False, reads)
+        self.fill = arena_fill(self.slots, scalar_slots, self.array_slots)
+        self.arena_size, self.adjoint_size = int(arena_size), int(adjoint_size)
+        self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
+        self.iattr = np.frombuffer(tape._iattr, np.int64).copy()
+        self.memo = {}
+
+
+def _planned(tape, target_slots, source_slots, aliases, reads):
+    """The _Plan of a derivative of what `tape` recorded. It depends on the recorded rows, slot rows and int
+    attributes alone: the tapes of a training loop, which record the same rows every step, plan once (kept for
+    recordings of up to _PLANNED_ROWS rows; their Programs share its arrays, which nothing writes, and none is
+    handed out)."""
+    if reads == READS_ALL or len(tape._rows) > _PLANNED_ROWS * 48:     # READS_ALL: a Program handed out
+        return _Plan(tape, target_slots, source_slots, aliases, reads)
+    key = (bytes(tape._rows), bytes(tape._slot_rows), bytes(tape._iattr), target_slots, source_slots, aliases,
+           reads)
+    found = _plans.get(key)
+    if found is None:
         if len(_plans) >= _PLANS_KEPT:
             _plans.pop(next(iter(_plans)))
-        _plans[key] = planned
-    return planned
+        found = _plans[key] = _Plan(tape, target_slots, source_slots, aliases, reads)
+    return found
 
 
 _plans = {}
@@ -240,22 +257,21 @@ _PLANS_KEPT = 64
 _PLANNED_ROWS = 4096
 
 
-def _lower(tape, target_slots, source_list, alias_lists, allocate, reads):
-    aliases = tuple(np.array(a, np.int64) for a in alias_lists)
-    code, slots, adjoint_rows, fill, array_slots, arena_size, adjoint_size, dtype, iattr = _planned(
-        tape, target_slots, np.array(source_list + sum(alias_lists, []), np.int64), reads)
-    home_slots = (_home_slots(tape._values, slots, array_slots, dtype)
-                  if reads != READS_ALL and arena_size >= HOME_MIN_ENTRIES else [])
-    arena = fill_arena(tape._values, slots, fill, arena_size, dtype, allocate, home_slots)
+def _lower(tape, target_slots, source_slots, aliases, allocate, reads):
+    planned = _planned(tape, target_slots, source_slots, aliases, reads)
+    slots = planned.slots
+    home_slots = (_home_slots(tape._values, slots, planned.array_slots, planned.dtype)
+                  if reads != READS_ALL and planned.arena_size >= HOME_MIN_ENTRIES else [])
+    arena = fill_arena(tape._values, slots, planned.fill, planned.arena_size, planned.dtype, allocate, home_slots)
     fattr = np.frombuffer(tape._fattr, np.float64).copy()
-    program = Program(code, slots, iattr, fattr, arena, adjoint_rows, adjoint_size,
-                      target_slots, np.array(source_list, np.int64), aliases)
+    program = Program(planned.code, slots, planned.iattr, fattr, arena, planned.adjoint_rows, planned.adjoint_size,
+                      planned.targets, planned.sources, planned.source_aliases, memo=planned.memo)
     if home_slots:
         program.homes = np.zeros(slots.shape[0], np.int64)
         program.homes[home_slots] = [tape._values[s].__array_interface__["data"][0] for s in home_slots]
         program.away = (tape._values, home_slots)
     if reads != READS_ALL:
         # the tape's list of values only grows (slot numbers stay valid); complete() finds the slots left out
-        program.unfilled = (tape._values, len(fill.scalars), array_slots)
+        program.unfilled = (tape._values, len(planned.fill.scalars), planned.array_slots)
     return program
 

@@ -45,7 +45,7 @@ class GradientTape(Recording):
             raise RuntimeError("GradientTape.gradient can only be called once on non-persistent tapes.")
         unconnected = _unconnected_mode(unconnected_gradients)
         targets = _target_list(target)
-        seeds = _seed_list(targets, output_gradients)
+        seeds = None if output_gradients is None else _seed_list(targets, output_gradients)   # None: ones
         flat_sources = _source_list(sources, "gradient")
         float_sources = []
         for s in flat_sources:
@@ -60,11 +60,11 @@ class GradientTape(Recording):
         if traces and (len(targets) != 1 or output_gradients is not None or self._is_trace
                        or not all(t.compiled_gradients for t in traces)
                        or any(s._id in self._aliases for s in float_sources)):    # a variable read, assigned, read
-            must_record = self._must_record(seeds)
+            must_record = self._must_record(seeds or ())
         else:
-            must_record = self._must_record(seeds, [t for t in _state.recording if not t._is_trace])
+            must_record = self._must_record(seeds or (), [t for t in _state.recording if not t._is_trace])
         if must_record:
-            found = recorded.gradient(self, targets, seeds, float_sources)
+            found = recorded.gradient(self, targets, seeds or _seed_list(targets, None), float_sources)
         else:
             program = lowered(self, targets, float_sources, READS_FIRST_ORDER)
             found = source_gradients(program, seeds, float_sources)
