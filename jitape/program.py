@@ -253,7 +253,7 @@ def _planned(tape, target_slots, source_slots, aliases, reads):
 
 
 _plans = {}
-_PLANS_KEPT = 64
+_PLANS_KEPT = 16      # a training loop needs one or a few; a kept plan of 4,096 rows holds ~1.3 MB
 _PLANNED_ROWS = 4096
 
 

@@ -404,7 +404,11 @@ def unary_reverse(op, x, y, g_out, g_in, p0, p1, assign=False):
 
 @njit(cache=True, error_model="numpy")
 def unary_second(op, x, y, g_out, t_in, gt_in, p0, p1):
-    """Second-order term of x's cotangent tangent: gt_in[i] += g_out[i] f''(x_i) t_in[i] (g_out one column)."""
+    """Second-order term of x's cotangent tangent: gt_in[i] += g_out[i] f''(x_i) t_in[i] (g_out one column);
+    none for the rules whose f'' is zero everywhere (as the recorded VJPs, which have no such term)."""
+    if op == oc.COPY or op == oc.NEG or op == oc.SCALE or op == oc.RELU or op == oc.ABS or op == oc.SIGN \
+            or op == oc.CLIP or op == oc.STOP_GRADIENT:
+        return
     K = t_in.shape[1]
     for i in range(x.size):
         c = g_out[i] * unary_second_derivative(op, x[i], y[i], p0, p1)
