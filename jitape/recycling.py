@@ -24,7 +24,8 @@ LARGE_BYTES = _MIN_BYTES        # eager results of at least this many bytes are 
 
 _lock = threading.RLock()     # re-entrant: an owner can die (a callback) while take() holds it
 _owned = []                     # (weak reference to the owner, the buffer as uint8, whether the owner is an array
-                                # viewing the buffer: see _unused), oldest first
+                                # viewing the buffer: see _unused); those whose owner is gone in the order their
+                                # owners were freed
 
 
 def take(size, dtype):
@@ -36,7 +37,9 @@ def take(size, dtype):
     with _lock:
         fits = [entry for entry in _unused() if nbytes <= entry[1].nbytes <= 2 * nbytes]
         if fits:
-            entry = min(fits, key=lambda e: e[1].nbytes)
+            # the smallest, of those the one freed last: the likeliest to be in cache (an eager op whose
+            # inputs just died writes where they were, as malloc's free lists would give it)
+            entry = min(reversed(fits), key=lambda e: e[1].nbytes)
             _forget(entry)
             buffer = entry[1]
         else:
@@ -71,11 +74,15 @@ def _owner_gone(reference):
     # array that owns its buffer (fresh) references it once, as its base: past the budget it is forgotten now,
     # and freed with the array
     with _lock:
+        for i, entry in enumerate(_owned):     # in the order they were freed (take, _unused)
+            if entry[0] is reference:
+                _owned.append(_owned.pop(i))
+                break
         _unused(forget_shared=False, dying=reference)
 
 
 def _unused(forget_shared=True, dying=None):
-    """The entries whose owner is gone and whose buffer nothing else references, oldest first, at most the
+    """The entries whose owner is gone and whose buffer nothing else references, first freed first, at most the
     budget's worth (unused ones beyond it are forgotten). With forget_shared, so are entries whose owner is gone
     but whose buffer something still references (a view handed to the user): it dies with that reference.
     dying: the weak reference of an owner being freed; its array's base reference to the buffer is allowed."""

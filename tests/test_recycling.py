@@ -1,5 +1,5 @@
-"""jitape.recycling: a dead owner's large buffers are handed out again, never while a view of them survives,
-and no more than jt.config.workspace_reuse_bytes of them wait unused; a persistent tape's Programs use it."""
+"""jitape.recycling: a dead owner's large buffers are handed out again (the last freed first), never while a
+view of them survives, and no more than jt.config.workspace_reuse_bytes of them wait unused; a persistent tape's Programs use it."""
 import gc
 
 import numpy as np
@@ -36,6 +36,19 @@ def test_a_dead_owners_buffer_is_handed_out_again():
     again = recycling.take(MB, np.float32)          # half the bytes (within a factor 2), another dtype
     assert _address(again) == address and again.dtype == np.float32 and again.size == MB
     assert recycling._owned == []                    # handed out: no longer waiting
+
+
+def test_of_buffers_that_fit_alike_the_one_freed_last_is_handed_out_first():
+    """An eager op whose inputs just died writes where they were (in cache), as malloc's free lists would give:
+    the order owners were freed in, not the order they came."""
+    arrays = [recycling.fresh((MB // 8,), np.float64) for _ in range(4)]
+    addresses = [_address(a) for a in arrays]
+    for i in (2, 0, 3, 1):          # freed in this order
+        arrays[i] = None
+    gc.collect()
+    taken = [_address(recycling.take(MB // 8, np.float64)) for _ in range(4)]
+    assert taken == [addresses[i] for i in (1, 3, 0, 2)]
+    assert recycling._owned == []
 
 
 def test_a_buffer_with_a_surviving_view_is_never_handed_out():
