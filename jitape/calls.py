@@ -87,7 +87,7 @@ def _record(tape, concrete, inputs, out_leaves, vjps):
     rows[:, 0], rows[:, 1] = slots[fresh, oc.SIZE], slots[fresh, oc.RANK]
     rows[:, 2] = concrete.dtype.itemsize == 8
     rows[:, 3:] = slots[fresh, oc.DIMS:]
-    tape._slot_rows += rows.tobytes()
+    tape._slot_rows.append(rows.tobytes())
     instructions = code[:, [oc.OP, oc.OUT, oc.IN0, oc.IN1, oc.IN2, oc.ATTR]]
     instructions[:, 1:5] = mapping[instructions[:, 1:5]]
     has_attr = instructions[:, 5] >= 0
@@ -97,7 +97,7 @@ def _record(tape, concrete, inputs, out_leaves, vjps):
     instructions[has_attr, 5] += len(tape._iattr) // 8     # the tape's attributes are packed int64
     tape._iattr += iattr.tobytes()
     tape._fattr.frombytes(concrete.fattr.tobytes())
-    tape._rows += instructions.tobytes()
+    tape._rows.append(instructions.tobytes())
     snapshots = _snapshots([t for _, t in inputs])
     for entry, out, vjp in zip(concrete.outputs, out_leaves, vjps):
         if entry[0] == "slot" and isinstance(out, Tensor):

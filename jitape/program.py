@@ -218,10 +218,9 @@ class _Plan:
     __slots__ = ("code", "slots", "adjoint_rows", "fill", "array_slots", "arena_size", "adjoint_size", "dtype",
                  "iattr", "targets", "sources", "source_aliases", "memo")
 
-    def __init__(self, tape, target_slots, source_slots, aliases, reads):
-        # views, not copies: they die with this call, so the tape's arrays can still grow
-        rows = np.frombuffer(tape._rows, np.int64).reshape(-1, 6)
-        slot_rows = np.frombuffer(tape._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
+    def __init__(self, tape, rows, slot_rows, target_slots, source_slots, aliases, reads):
+        rows = np.frombuffer(rows, np.int64).reshape(-1, 6)
+        slot_rows = np.frombuffer(slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
         self.targets = np.array(target_slots, np.int64)
         self.sources = np.array(source_slots, np.int64)
         self.source_aliases = tuple(np.array(a, np.int64) for a in aliases)
@@ -240,15 +239,15 @@ def _planned(tape, target_slots, source_slots, aliases, reads):
     attributes alone: the tapes of a training loop, which record the same rows every step, plan once (kept for
     recordings of up to _PLANNED_ROWS rows; their Programs share its arrays, which nothing writes, and none is
     handed out)."""
-    if reads == READS_ALL or len(tape._rows) > _PLANNED_ROWS * 48:     # READS_ALL: a Program handed out
-        return _Plan(tape, target_slots, source_slots, aliases, reads)
-    key = (bytes(tape._rows), bytes(tape._slot_rows), bytes(tape._iattr), target_slots, source_slots, aliases,
-           reads)
+    rows, slot_rows = b"".join(tape._rows), b"".join(tape._slot_rows)
+    if reads == READS_ALL or len(rows) > _PLANNED_ROWS * 48:     # READS_ALL: a Program handed out
+        return _Plan(tape, rows, slot_rows, target_slots, source_slots, aliases, reads)
+    key = (rows, slot_rows, bytes(tape._iattr), target_slots, source_slots, aliases, reads)
     found = _plans.get(key)
     if found is None:
         if len(_plans) >= _PLANS_KEPT:
             _plans.pop(next(iter(_plans)))
-        found = _plans[key] = _Plan(tape, target_slots, source_slots, aliases, reads)
+        found = _plans[key] = _Plan(tape, rows, slot_rows, target_slots, source_slots, aliases, reads)
     return found
 
 

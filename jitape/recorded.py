@@ -166,8 +166,8 @@ def recording_of_gradient(tape, target, source):
     """
     copy = type(tape)(persistent=True, watch_accessed_variables=False)
     copy._records = tape._records[:]
-    copy._rows = bytearray(tape._rows)
-    copy._slot_rows = bytearray(tape._slot_rows)
+    copy._rows = tape._rows[:]
+    copy._slot_rows = tape._slot_rows[:]
     copy._iattr = bytearray(tape._iattr)
     copy._fattr = array("d", tape._fattr)
     copy._values = tape._values[:]

@@ -182,8 +182,8 @@ class Concrete:
         guards = [[slot, expected, how] for slot, expected, how in trace.slot_guards]     # expected: see below
         targets += [g[0] for g in guards]
         sources = [s for _, s in arg_slots] + [s for _, s in var_inputs] + trace.kept_constants
-        rows = np.frombuffer(trace._rows, np.int64).reshape(-1, 6)
-        slot_rows = np.frombuffer(trace._slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
+        rows = np.frombuffer(b"".join(trace._rows), np.int64).reshape(-1, 6)
+        slot_rows = np.frombuffer(b"".join(trace._slot_rows), np.int64).reshape(-1, 3 + oc.MAXRANK)
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
             rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, READS_ALL)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
