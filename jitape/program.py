@@ -246,7 +246,7 @@ def _planned(tape, target_slots, source_slots, aliases, reads):
     found = _plans.get(key)
     if found is None:
         if len(_plans) >= _PLANS_KEPT:
-            _plans.pop(next(iter(_plans)))
+            _plans.pop(next(iter(_plans), None), None)     # another thread may have taken it
         found = _plans[key] = _Plan(tape, rows, slot_rows, target_slots, source_slots, aliases, reads)
     return found
 
