@@ -218,7 +218,7 @@ class _Plan:
     __slots__ = ("code", "slots", "adjoint_rows", "fill", "array_slots", "arena_size", "adjoint_size", "dtype",
                  "iattr", "targets", "sources", "source_aliases", "memo")
 
-    def __init__(self, tape, rows, slot_rows, target_slots, source_slots, aliases, reads):
+    def __init__(self, rows, slot_rows, iattr, target_slots, source_slots, aliases, reads):
         rows = np.frombuffer(rows, np.int64).reshape(-1, 6)
         slot_rows = np.frombuffer(slot_rows, np.int64).reshape(-1, 3 + oc.MAXRANK)
         self.targets = np.array(target_slots, np.int64)
@@ -230,24 +230,25 @@ class _Plan:
         self.fill = arena_fill(self.slots, scalar_slots, self.array_slots)
         self.arena_size, self.adjoint_size = int(arena_size), int(adjoint_size)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
-        self.iattr = np.frombuffer(tape._iattr, np.int64).copy()
+        self.iattr = np.frombuffer(iattr, np.int64).copy()
         self.memo = {}
 
 
 def _planned(tape, target_slots, source_slots, aliases, reads):
     """The _Plan of a derivative of what `tape` recorded. It depends on the recorded rows, slot rows and int
-    attributes alone: the tapes of a training loop, which record the same rows every step, plan once (kept for
-    recordings of up to _PLANNED_ROWS rows; their Programs share its arrays, which nothing writes, and none is
-    handed out)."""
-    rows, slot_rows = b"".join(tape._rows), b"".join(tape._slot_rows)
-    if reads == READS_ALL or len(rows) > _PLANNED_ROWS * 48:     # READS_ALL: a Program handed out
-        return _Plan(tape, rows, slot_rows, target_slots, source_slots, aliases, reads)
-    key = (rows, slot_rows, bytes(tape._iattr), target_slots, source_slots, aliases, reads)
+    attributes alone: the non-persistent tapes of a training loop, which record the same rows every step, plan
+    once (kept for recordings of up to _PLANNED_ROWS rows). Their Programs share its arrays, which nothing writes;
+    a persistent tape's Programs, which tape.program hands out, and a Program planned to be handed out
+    (READS_ALL) own theirs."""
+    rows, slot_rows, iattr = b"".join(tape._rows), b"".join(tape._slot_rows), bytes(tape._iattr)
+    if tape._persistent or reads == READS_ALL or len(rows) > _PLANNED_ROWS * 48:
+        return _Plan(rows, slot_rows, iattr, target_slots, source_slots, aliases, reads)
+    key = (rows, slot_rows, iattr, target_slots, source_slots, aliases, reads)
     found = _plans.get(key)
     if found is None:
         if len(_plans) >= _PLANS_KEPT:
             _plans.pop(next(iter(_plans), None), None)     # another thread may have taken it
-        found = _plans[key] = _Plan(tape, rows, slot_rows, target_slots, source_slots, aliases, reads)
+        found = _plans[key] = _Plan(rows, slot_rows, iattr, target_slots, source_slots, aliases, reads)
     return found
 
 

@@ -297,7 +297,7 @@ def test_a_persistent_tape_plans_each_derivative_once(monkeypatch):
 def test_tapes_recording_the_same_rows_plan_once(monkeypatch):
     """A training loop records the same rows on a fresh tape every step: the plan of the first serves the rest,
     with each tape's own values; another recording (shapes, an op's attributes, the sources, a dtype) plans
-    anew, and so does a Program handed out."""
+    anew, and so does a Program handed out or a persistent tape's."""
     planned = []
     real = jitape.program.plan
     monkeypatch.setattr(jitape.program, "plan", lambda *a: planned.append(1) or real(*a))
@@ -334,6 +334,12 @@ def test_tapes_recording_the_same_rows_plan_once(monkeypatch):
     tape.program(y, x)
     tape.program(y, x)
     assert len(planned) == 7        # handed out: arrays of its own, never a kept plan's
+    for _ in range(2):              # a persistent tape's Programs are handed out too (tape.program)
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y = jt.reduce_sum(jt.sin(x))
+        tape.program(y, x)
+    assert len(planned) == 9
 
 
 def test_repeated_gradients_on_a_persistent_tape_make_the_same_python_calls_whatever_the_length():
