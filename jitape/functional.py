@@ -50,17 +50,21 @@ def _argnums(argnums, n_args, what):
     return tuple(i % n_args for i in nums), many
 
 
+def _float_tensor(arg):
+    return type(arg) is Tensor and arg._value.dtype.kind == "f"
+
+
 def _differentiable_args(args, nums, what):
     """args with Python floats among the differentiated ones made floatx arrays; ints and other dtypes
     refused, naming the argument."""
     for i in nums:
-        if type(args[i]) is not Tensor or args[i]._value.dtype.kind != "f":
+        if not _float_tensor(args[i]):
             break
     else:
         return args         # the common arguments, float Tensors, as they are
     args = list(args)
     for i in nums:
-        if type(args[i]) is Tensor and args[i]._value.dtype.kind == "f":
+        if _float_tensor(args[i]):
             continue
         leaves = nest.flatten(args[i])
         fixed = []
