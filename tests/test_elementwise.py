@@ -7,7 +7,8 @@ import pytest
 
 import jitape as jt
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu.elementwise import binary_forward, binary_value, unary_forward, unary_value, where_forward
+from jitape_kernels.cpu.elementwise import (binary_forward, binary_value, strided_arithmetic, unary_forward,
+                                           unary_value, where_forward)
 from jitape_kernels.layout import FUSE_MIN_SIZE
 from tests.test_replay import _rows_shared
 
@@ -212,3 +213,52 @@ def test_partials_at_special_values_equal_the_python_vjps(name):
         np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
         finite = ~np.isnan(expected)
         np.testing.assert_array_equal(actual[finite], expected[finite])
+
+
+def _with_specials(rng, shape, dtype):
+    a = rng.standard_normal(shape)
+    flat = a.reshape(-1)
+    count = min(64, flat.size)
+    flat[rng.choice(flat.size, count, replace=False)] = rng.choice(SPECIAL, count)
+    return a.astype(dtype)
+
+
+def _short_run_pairs(dtype):
+    """(x, y) whose layouts numpy iterates in short runs, each result over VIEWS_FROM entries (smaller broadcasts
+    are copied): W8's (n, 1, d) against (1, k, d), an array against a transposed one, a column broadcast against
+    a row, a transposed matrix against a contiguous one, and a last axis of 3 broadcast over two."""
+    rng = np.random.default_rng(3)
+    draw = lambda *shape: _with_specials(rng, shape, dtype)     # noqa: E731
+    return [(draw(1000, 1, 10), draw(1, 25, 10)),
+            (draw(80, 25, 10), draw(25, 80, 10).transpose(1, 0, 2)),
+            (draw(30000, 1), draw(1, 7)),
+            (draw(9, 2000).T, draw(2000, 9)),
+            (draw(2, 50000, 3), draw(3))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide"])
+def test_eager_arithmetic_over_short_runs_runs_compiled_and_gives_numpy_s_bits(name, dtype, monkeypatch):
+    import jitape.ops.elementwise as elementwise
+    calls = []
+    monkeypatch.setattr(elementwise, "strided_arithmetic",
+                        lambda *args: calls.append(args[0]) or strided_arithmetic(*args))
+    op, ufunc = getattr(jt, name), WRITTEN_OVER_AN_INPUT[name][1]
+    pairs = _short_run_pairs(dtype)
+    for x, y in pairs:
+        _same_bits(op(jt.constant(x), jt.constant(y)).numpy(), ufunc(x, y))
+        _same_bits(op(jt.constant(y), jt.constant(x)).numpy(), ufunc(y, x))
+    assert calls == [WRITTEN_OVER_AN_INPUT[name][0]] * (2 * len(pairs))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gradients_through_eager_arithmetic_over_short_runs_are_the_broadcasts_sums(dtype):
+    x, y = (np.random.default_rng(4).standard_normal(s).astype(dtype) for s in ((1000, 1, 10), (1, 25, 10)))
+    tx, ty = jt.constant(x), jt.constant(y)
+    with jt.GradientTape() as tape:
+        tape.watch([tx, ty])
+        loss = jt.reduce_sum((tx - ty) * (tx + ty) / (ty * ty + 1))     # x² / (y² + 1) - y² / (y² + 1)
+    gx, gy = tape.gradient(loss, [tx, ty])
+    d = y * y + 1
+    np.testing.assert_allclose(gx.numpy(), np.sum(2 * x / d, 1, keepdims=True), rtol=1e-4)
+    np.testing.assert_allclose(gy.numpy(), np.sum(-2 * y * (x * x + 1) / (d * d), 0, keepdims=True), rtol=1e-4)

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from jitape_kernels import opcodes as oc
+from jitape_kernels.cpu.elementwise import strided_arithmetic
 
 from ..recycling import LARGE_BYTES, fresh
 from ..tensor import _FLOATS, Tensor
@@ -257,6 +258,18 @@ _FLOAT32, _FLOAT64 = _FLOATS
 def _binary(name, opcode, forward, vjp):
     prim = Primitive(name, opcode, forward, _binary_shape, vjp)
     into = isinstance(forward, np.ufunc)      # a large result goes into a recycled buffer (recycling.fresh)
+    strided = opcode in _STRIDED_OPCODES
+
+    def large(xv, yv):
+        """The value of x op y over operands of one shape and at least STRIDED_FROM entries."""
+        if xv.dtype == yv.dtype:
+            if strided and not (xv.flags.c_contiguous and yv.flags.c_contiguous):
+                out = _strided(opcode, xv, yv)
+                if out is not None:
+                    return out
+            if into:
+                return forward(xv, yv, out=fresh(xv.shape, xv.dtype))
+        return forward(xv, yv)
 
     def op(x, y, name=None):
         # the common case, two float tensors of one dtype and shape, without promote's call (a tenth of a
@@ -265,21 +278,50 @@ def _binary(name, opcode, forward, vjp):
             xv, yv = x._value, y._value
             dtype = xv.dtype
             if yv.dtype is dtype and (dtype is _FLOAT64 or dtype is _FLOAT32) and xv.shape == yv.shape:
-                if into and xv.nbytes >= LARGE_BYTES:
-                    return emit(prim, (x, y), forward(xv, yv, out=fresh(xv.shape, dtype)))
-                return emit(prim, (x, y), forward(xv, yv))
+                return emit(prim, (x, y), large(xv, yv) if xv.size >= STRIDED_FROM else forward(xv, yv))
         x, y = promote(x, y)
         if x._value.shape != y._value.shape:
             x, y = _broadcast_pair(x, y, prim.name)
         xv, yv = x._value, y._value
-        if into and xv.nbytes >= LARGE_BYTES and xv.dtype == yv.dtype:
-            return emit(prim, (x, y), forward(xv, yv, out=fresh(xv.shape, xv.dtype)))
-        return emit(prim, (x, y), forward(xv, yv))
+        return emit(prim, (x, y), large(xv, yv) if xv.size >= STRIDED_FROM else forward(xv, yv))
 
     op.__name__ = name
     op.__qualname__ = name
     op.__doc__ = f"Elementwise {name} with numpy broadcasting."
     return op
+
+
+# results of at least this many entries are written by strided_arithmetic where numpy would iterate its operands
+# in short runs (below, its call costs less than the kernel's dispatch); from LARGE_BYTES on into fresh() arrays
+STRIDED_FROM = 1 << 14
+assert STRIDED_FROM * 8 <= LARGE_BYTES
+SHORT_RUN = 128         # numpy's runs of 64 broadcast entries still took twice the kernel's time, 10 three times
+_STRIDED_OPCODES = frozenset((oc.ADD, oc.SUB, oc.MUL, oc.DIV))
+
+
+def _strided(opcode, xv, yv):
+    """x op y by strided_arithmetic where numpy would iterate the operands (of one shape and float dtype, up
+    to three axes, broadcast or transposed views) in runs shorter than SHORT_RUN; else None. numpy merges two
+    trailing axes into one run where every operand's strides continue across them."""
+    shape = xv.shape
+    if xv.dtype.kind != "f" or len(shape) > 3:
+        return None
+    run, inner = 1, None        # inner: the run's outermost axis so far (axes of size 1 are left out, as numpy does)
+    for axis in range(len(shape) - 1, -1, -1):
+        if shape[axis] == 1:
+            continue
+        if inner is not None and any(v.strides[axis] != v.strides[inner] * shape[inner] for v in (xv, yv)):
+            break
+        run *= shape[axis]
+        inner = axis
+        if run >= SHORT_RUN:
+            return None
+    out = fresh(shape, xv.dtype)
+    lead = (1,) * (3 - len(shape))
+    a, b = xv.reshape(lead + shape), yv.reshape(lead + shape)      # views: only leading axes of one are added
+    a.flags.writeable = b.flags.writeable = False   # one compiled signature whatever the inputs' flags
+    strided_arithmetic(opcode, a, b, out.reshape(lead + shape))
+    return out
 
 
 def _broadcast_pair(x, y, what):

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from jitape_kernels import opcodes as oc
+from jitape_kernels.cpu.reduction import SHORT_ROWS, short_row_sums
 
 from ..tensor import Tensor
 from . import elementwise as _ew
@@ -24,6 +25,18 @@ def _reduce_np(ufunc):
             return np.asarray(ufunc.reduce(x, axis=None)).reshape(out_shape)[()]
         return ufunc.reduce(x.reshape(outer, n, inner), axis=1).reshape(out_shape)[()]
     return forward
+
+
+def _sum_np(x, outer, n, inner, out_shape):
+    if inner == 1 and 1 < n <= SHORT_ROWS and outer * n >= _ew.STRIDED_FROM and x.dtype.kind == "f":
+        # many short rows: one compiled loop in numpy's order (short_row_sums), not numpy's call per row
+        out = np.empty(outer, x.dtype)
+        short_row_sums(np.ascontiguousarray(x.reshape(outer, n)), out)     # one compiled signature
+        return out.reshape(out_shape)
+    return _add_reduce(x, outer, n, inner, out_shape)
+
+
+_add_reduce = _reduce_np(np.add)
 
 
 def _reduce_rule(shapes, params):
@@ -89,7 +102,7 @@ def _logsumexp_vjp(g, out, ins, p, w):
     return (_shape.reshape(_spread(g, outer, n, inner) * softmax, ins[0].shape),)
 
 
-_sum = Primitive("reduce_sum", oc.SUM, _reduce_np(np.add), _reduce_rule, _sum_vjp)
+_sum = Primitive("reduce_sum", oc.SUM, _sum_np, _reduce_rule, _sum_vjp)
 _max = Primitive("reduce_max", oc.MAX, _reduce_np(np.maximum), _reduce_rule, _extremum_vjp)
 _min = Primitive("reduce_min", oc.MIN, _reduce_np(np.minimum), _reduce_rule, _extremum_vjp)
 _prod = Primitive("reduce_prod", oc.PROD, _reduce_np(np.multiply), _reduce_rule, _prod_vjp)

@@ -8,7 +8,9 @@ from .tangents import second_order_sweep, tangent_sweep
 from ..layout import SC_FLAGS
 from ..planning import READS_ALL, derivative_plan, plan, reverse_flags
 from .interpreter import forward_sweep, planned_temps, replay_sweep, reverse_sweep
+from .elementwise import strided_arithmetic
 from .optimizers import adam_step, sgd_momentum_step
+from .reduction import short_row_sums
 
 __all__ = ["derivative_plan", "first_row_mixing", "forward_sweep", "new_temps", "per_example_plan",
            "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_sweep", "reverse_sweep",
@@ -32,6 +34,18 @@ def _optimizer_steps(dtype):
     scalar = np.dtype(dtype).type(0)
     sgd_momentum_step(z, z, z, scalar, scalar, False, z)
     adam_step(z, z, z, z, z, scalar, scalar, scalar, scalar, z)
+
+
+def _eager_steps(dtype):
+    """The loops eager ops run (jitape.ops): strided_arithmetic over read-only views of each layout its callers
+    pass (two views; a C-contiguous array and a view, either side), and short_row_sums."""
+    out = np.zeros((1, 1, 2), dtype)
+    view = np.broadcast_to(np.zeros(1, dtype), out.shape)
+    contiguous = out.copy()
+    contiguous.flags.writeable = False
+    for a, b in ((view, view), (contiguous, view), (view, contiguous)):
+        strided_arithmetic(oc.ADD, a, b, out)
+    short_row_sums(np.zeros((0, 2), dtype), np.zeros(0, dtype))
 
 
 def warmup_steps():
@@ -74,4 +88,5 @@ def warmup_steps():
             *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
             np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d))))
         steps.append((f"optimizers[{name}]", lambda d=dtype: _optimizer_steps(d)))
+        steps.append((f"eager[{name}]", lambda d=dtype: _eager_steps(d)))
     return steps

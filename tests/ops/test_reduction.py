@@ -10,8 +10,9 @@ import scipy.special
 import jitape as jt
 from jitape.execute import lowered, source_jacobians
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu.reduction import SHORT_EXTREMA
+from jitape_kernels.cpu.reduction import SHORT_EXTREMA, SHORT_ROWS, short_row_sums
 from jitape_kernels.cpu.workspace import LANES
+from tests.test_elementwise import _same_bits
 
 
 def _softmax(x, axis):
@@ -159,3 +160,21 @@ def test_replayed_row_extrema_equal_numpy_s_with_nan_anywhere(reduce, reference,
         expected = np.zeros_like(x0)
         expected[0, np.argmax(x0[0]) if reduce is jt.reduce_max else np.argmin(x0[0])] = 1.0
         np.testing.assert_array_equal(g(x).numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [2, 7, 8, 10, 17, SHORT_ROWS])
+def test_eager_sums_of_many_short_rows_run_compiled_and_equal_numpy_s_and_replays_bit_for_bit(n, dtype,
+                                                                                               monkeypatch):
+    import jitape.ops.reduction as reduction
+    calls = []
+    monkeypatch.setattr(reduction, "short_row_sums", lambda *args: calls.append(1) or short_row_sums(*args))
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((40000 // n + 1, n)).astype(dtype)
+    x.reshape(-1)[rng.choice(x.size, 16, replace=False)] = [np.nan, np.inf, -np.inf, -0.0] * 4
+    summed = jt.function(lambda a: jt.reduce_sum(a, 1))
+    _same_bits(jt.reduce_sum(jt.constant(x), 1).numpy(), np.add.reduce(x, 1))
+    summed(jt.constant(x[::-1].copy()))         # traced
+    _same_bits(summed(jt.constant(x)).numpy(), np.add.reduce(x, 1))       # replayed
+    _same_bits(jt.reduce_sum(jt.transpose(jt.constant(x.T.copy())), 1).numpy(), np.add.reduce(x, 1))
+    assert len(calls) == 3          # eager, the trace's eager value, and the transposed view (copied first)
