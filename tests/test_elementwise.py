@@ -237,7 +237,7 @@ def _short_run_pairs(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide"])
+@pytest.mark.parametrize("name", sorted(WRITTEN_OVER_AN_INPUT))
 def test_eager_arithmetic_over_short_runs_runs_compiled_and_gives_numpy_s_bits(name, dtype, monkeypatch):
     import jitape.ops.elementwise as elementwise
     calls = []
@@ -262,3 +262,13 @@ def test_gradients_through_eager_arithmetic_over_short_runs_are_the_broadcasts_s
     d = y * y + 1
     np.testing.assert_allclose(gx.numpy(), np.sum(2 * x / d, 1, keepdims=True), rtol=1e-4)
     np.testing.assert_allclose(gy.numpy(), np.sum(-2 * y * (x * x + 1) / (d * d), 0, keepdims=True), rtol=1e-4)
+
+
+def test_strided_arithmetic_refuses_operands_unlike_its_output_and_other_opcodes():
+    out = np.zeros((2, 3, 4))
+    with pytest.raises(ValueError, match="shapes"):
+        strided_arithmetic(oc.ADD, np.zeros((2, 3, 5)), out, out)
+    with pytest.raises(ValueError, match="shapes"):
+        strided_arithmetic(oc.ADD, out, np.zeros((1, 3, 4)), out)
+    with pytest.raises(ValueError, match="opcode"):
+        strided_arithmetic(oc.POW, out, out, out)

@@ -296,7 +296,7 @@ def _binary(name, opcode, forward, vjp):
 STRIDED_FROM = 1 << 14
 assert STRIDED_FROM * 8 <= LARGE_BYTES
 SHORT_RUN = 128         # numpy's runs of 64 broadcast entries still took twice the kernel's time, 10 three times
-_STRIDED_OPCODES = frozenset((oc.ADD, oc.SUB, oc.MUL, oc.DIV))
+_STRIDED_OPCODES = frozenset((oc.ADD, oc.SUB, oc.MUL, oc.DIV, oc.MAXIMUM, oc.MINIMUM))
 
 
 def _strided(opcode, xv, yv):

@@ -621,10 +621,13 @@ def _arithmetic(op, a, b, out):
 
 @njit(cache=True, error_model="numpy")
 def strided_arithmetic(op, a, b, out):
-    """out = a op b (ADD, SUB, MUL, DIV) over [rows, cols, run] arrays of any strides, a broadcast axis's 0 included:
-    the eager ops whose operands numpy iterates in short runs (jitape.ops.elementwise). numpy calls its inner
-    loop once per run of the trailing axes its operands share a layout over, 10 entries for W8's (n, k, d)
-    broadcasts, and is 2-3x slower there than these loops. IEEE arithmetic in the arrays' dtype: numpy's bits."""
+    """out = a op b (ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM) over [rows, cols, run] arrays of any strides, a broadcast
+    axis's 0 included: the eager ops whose operands numpy iterates in short runs (jitape.ops.elementwise). numpy
+    calls its inner loop once per run of the trailing axes its operands share a layout over, 10 entries for W8's
+    (n, k, d) broadcasts, and is 2-3x slower there than these loops. IEEE arithmetic in the arrays' dtype, and
+    maximum/minimum as binary_forward's: numpy's bits."""
+    if a.shape != out.shape or b.shape != out.shape:
+        raise ValueError("strided_arithmetic: the operands' shapes differ from the output's")
     rows, cols, run = out.shape
     if op == oc.ADD:
         for r in range(rows):
@@ -641,11 +644,23 @@ def strided_arithmetic(op, a, b, out):
             for c in range(cols):
                 for i in range(run):
                     out[r, c, i] = a[r, c, i] * b[r, c, i]
-    else:
+    elif op == oc.DIV:
         for r in range(rows):
             for c in range(cols):
                 for i in range(run):
                     out[r, c, i] = a[r, c, i] / b[r, c, i]
+    elif op == oc.MAXIMUM:
+        for r in range(rows):
+            for c in range(cols):
+                for i in range(run):
+                    out[r, c, i] = maximum(a[r, c, i], b[r, c, i])
+    elif op == oc.MINIMUM:
+        for r in range(rows):
+            for c in range(cols):
+                for i in range(run):
+                    out[r, c, i] = minimum(a[r, c, i], b[r, c, i])
+    else:
+        raise ValueError("strided_arithmetic: not an arithmetic opcode")
 
 
 @njit(cache=True, error_model="numpy")

@@ -59,6 +59,8 @@ def short_row_sums(x2, out):
     over the rows, no call per row, 5x faster than numpy's pairwise sum called row by row on rows of 10 (W8's),
     slower past 40. Eager sums of such rows (jitape.ops.reduction) run it too, so a replay equals them bit for
     bit."""
+    if out.shape[0] != x2.shape[0]:
+        raise ValueError("short_row_sums: one output entry per row")
     for o in range(x2.shape[0]):
         out[o] = row_sum(x2, o)
 
