@@ -292,9 +292,8 @@ def _binary(name, opcode, forward, vjp):
 
 
 # results of at least this many entries are written by strided_arithmetic where numpy would iterate its operands
-# in short runs (below, its call costs less than the kernel's dispatch); from LARGE_BYTES on into fresh() arrays
+# in short runs (below, its call costs less than the kernel's dispatch), and into fresh() arrays
 STRIDED_FROM = 1 << 14
-assert STRIDED_FROM * 8 <= LARGE_BYTES
 SHORT_RUN = 128         # numpy's runs of 64 broadcast entries still took twice the kernel's time, 10 three times
 _STRIDED_OPCODES = frozenset((oc.ADD, oc.SUB, oc.MUL, oc.DIV, oc.MAXIMUM, oc.MINIMUM))
 
