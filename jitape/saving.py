@@ -528,11 +528,13 @@ def _check_attributes(op, a, sizes, iattr, fattr, r, error):
                 not 0 <= i < n_axis for i in block[4:]):
             raise bad("its indices do not fit its operands")
     elif op == oc.MATMUL:
-        batch_a, batch_b, m, k, n = block
+        batch_a, batch_b, m, k, n, inner = block
         batch = 0 if batch_a == 0 or batch_b == 0 else max(batch_a, batch_b)
         if (batch_a * m * k != x or batch_b * k * n != w or batch * m * n != out
                 or (batch_a > 1 and batch_b > 1 and batch_a != batch_b)):
             raise bad("its batch and matrix sizes do not match its operands")
+        if inner < 1 or (inner > 1 and (batch_a != batch_b or batch % inner)):
+            raise bad("its interleaved batch does not divide its operands' batches")
     elif op == oc.SOLVE:
         batch, n, m = block
         if batch * n * n != x or batch * n * m != w or out != w:

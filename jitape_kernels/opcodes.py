@@ -38,7 +38,11 @@ SLICE                rank, in_dims[rank], out_dims[rank], starts[rank], steps[ra
 PAD                  rank, in_dims[rank], out_dims[rank], starts[rank], steps[rank]  (out[starts + i*steps] = in[i])
 PLACE                outer, n_in, inner, n_out, offset     (one concat operand into its output)
 GATHER               outer, n_axis, inner, n_idx, idx[n_idx]
-MATMUL               batch_a, batch_b, m, k, n             (batch_a or batch_b is 1 when broadcast)
+MATMUL               batch_a, batch_b, m, k, n, inner      (batch_a or batch_b is 1 when broadcast; inner > 1:
+                                                        A and C are stored [outer, m, inner, k] and
+                                                        [outer, m, inner, n], batch = outer * inner items
+                                                        whose rows lie inner * k and inner * n apart, as
+                                                        BLAS reads strided rows; both batches are whole)
 SOLVE                batch, n, m                           (A [batch,n,n], B [batch,n,m])
 INV                  batch, n
 """
@@ -68,7 +72,7 @@ OFFSET, SIZE, RANK, DIMS = 0, 1, 2, 3
     MATMUL, SOLVE, INV,
 ) = range(65)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2      # 2: MATMUL's inner
 
 # The opcode table: (name, family, arity, attribute layout), one row per opcode in opcode order. An attribute
 # layout names the op's iattr block fields; "f" is a fattr index, "name[rank]" repeats rank times.
@@ -99,7 +103,7 @@ TABLE = (
     ("slice", "mapped", 1, _MAPPED), ("pad", "mapped", 1, _MAPPED),
     ("place", "moved", 1, ("outer", "n_in", "inner", "n_out", "offset")),
     ("gather", "moved", 1, ("outer", "n_axis", "inner", "n_idx", "idx[n_idx]")),
-    ("matmul", "matmul", 2, ("batch_a", "batch_b", "m", "k", "n")),
+    ("matmul", "matmul", 2, ("batch_a", "batch_b", "m", "k", "n", "inner")),
     ("solve", "solve", 2, ("batch", "n", "m")),
     ("inv", "inv", 1, ("batch", "n")),
 )

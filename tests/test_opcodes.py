@@ -29,6 +29,6 @@ def test_attribute_lengths_follow_the_layouts():
     slice_block = np.array([2, 4, 4, 2, 2, 0, 0, 1, 1])
     assert oc.attribute_length(oc.SLICE, slice_block, 0) == 9
     assert oc.attribute_length(oc.TRANSPOSE, np.array([3, 1, 2, 3, 2, 1, 0]), 0) == 7
-    assert oc.attribute_length(oc.MATMUL, np.zeros(5, np.int64), 0) == 5
+    assert oc.attribute_length(oc.MATMUL, np.zeros(6, np.int64), 0) == 6
     assert oc.attribute_length(oc.CLIP, np.zeros(1, np.int64), 0) == 1
     assert oc.attribute_length(oc.ADD, np.zeros(0, np.int64), 0) == 0

@@ -175,6 +175,29 @@ def test_a_tile_whose_output_is_not_whole_tiles_is_refused(tmp_path):
         jt.load(_rewrite(path, tmp_path / "crafted.npz", edit))
 
 
+def test_a_matmul_over_interleaved_items_round_trips_and_a_bad_interleave_is_refused(tmp_path):
+    """einsum with its batch axis between the rows and the sums saves one MATMUL with inner > 1; the loaded
+    function gives the same value and gradient, and an inner that does not divide the batch is refused."""
+    ls = jt.constant(np.random.default_rng(3).standard_normal((3, 4, 2)))
+    f = jt.function(lambda x: jt.reduce_sum(jt.einsum("kij,nkj->nki", ls, x) ** 2))
+    x = jt.constant(np.random.default_rng(4).standard_normal((5, 3, 2)))
+    value, grad = f(x).numpy(), jt.grad(f)(x).numpy()
+    path = tmp_path / "einsum.npz"
+    jt.save(path, f)
+    loaded = jt.load(path)
+    assert loaded(x).numpy() == value
+    np.testing.assert_array_equal(jt.grad(loaded)(x).numpy(), grad)
+
+    def edit(arrays, meta):
+        code, iattr = arrays[_code_key(meta)], arrays[meta["variants"][0]["iattr"]]
+        a = int(code[np.flatnonzero(code[:, oc.OP] == oc.MATMUL)[0], oc.ATTR])
+        assert list(iattr[a:a + 6]) == [3, 3, 5, 2, 4, 3]
+        iattr[a + 5] = 2
+
+    with pytest.raises(jt.ProgramFileError, match="interleaved batch"):
+        jt.load(_rewrite(path, tmp_path / "crafted.npz", edit))
+
+
 def test_corrupt_and_foreign_files_raise(tmp_path):
     path, _, _, _ = _saved(tmp_path)
     data = path.read_bytes()

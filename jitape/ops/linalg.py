@@ -15,10 +15,17 @@ from .core import Primitive, as_tensor, broadcast_shapes, composite, emit, float
 
 
 # -- matmul ----------------------------------------------------------------------------------
-def _matmul_np(a, b, batch_a, batch_b, m, k, n, out_shape):
+def _matmul_np(a, b, batch_a, batch_b, m, k, n, inner, out_shape):
     batch = max(batch_a, batch_b) if batch_a and batch_b else 0
     large = a.dtype == b.dtype and batch * m * n * a.itemsize >= LARGE_BYTES
     out = fresh(out_shape, a.dtype) if large else None        # the result's own array (recycling.fresh)
+    if inner > 1:
+        # items interleaved with the rows: numpy multiplies the strided views with one gemm per item
+        out = np.empty(out_shape, np.result_type(a, b)) if out is None else out
+        outer = batch // inner
+        np.matmul(a.reshape(outer, m, inner, k).transpose(0, 2, 1, 3), b.reshape(outer, inner, k, n),
+                  out=out.reshape(outer, m, inner, n).transpose(0, 2, 1, 3))
+        return out
     if batch_a == 1 and batch_b == 1:
         product = np.dot(a.reshape(m, k), b.reshape(k, n), None if out is None else out.reshape(m, n))
     else:
@@ -27,14 +34,18 @@ def _matmul_np(a, b, batch_a, batch_b, m, k, n, out_shape):
     return out if large else product.reshape(out_shape)[()]
 
 
-def _matmul_shape(sa, sb, batch_a, batch_b, m, k, n, out_shape):
+def _matmul_shape(sa, sb, batch_a, batch_b, m, k, n, inner, out_shape):
     if math.prod(sa) != batch_a * m * k or math.prod(sb) != batch_b * k * n:
         raise ValueError(f"matmul: shapes {sa} and {sb} do not match {(batch_a, m, k)} @ {(batch_b, k, n)}")
+    if inner < 1 or (inner > 1 and (batch_a != batch_b or batch_a % inner)):
+        raise ValueError(f"matmul: batches {batch_a} and {batch_b} cannot hold items interleaved by {inner}")
     return out_shape
 
 
 def _matmul_vjp(g, out, ins, p, w):
-    batch_a, batch_b, m, k, n, _ = p
+    batch_a, batch_b, m, k, n, inner, _ = p
+    if inner > 1:
+        return _interleaved_matmul_vjp(g, ins, batch_a // inner, m, k, n, inner, w)
     if batch_a == 1 and batch_b == 1:
         # plain matrices: two products with one transpose each, no batch axis to add and sum away
         g2 = _shape.reshape(g, (m, n))
@@ -59,7 +70,38 @@ def _matmul_vjp(g, out, ins, p, w):
     return ga, gb
 
 
+def _interleaved_matmul_vjp(g, ins, outer, m, k, n, inner, w):
+    """dA_b = G_b W_b^T, stored as A (interleaved again); dW_b = A_b^T G_b, each item's rows gathered first."""
+    batch = outer * inner
+    ga = gb = None
+    if w[0]:
+        ga = _shape.reshape(interleaved_matmul(_shape.reshape(g, (outer, m, inner, n)), _shape.transpose(
+            _shape.reshape(ins[1], (batch, k, n)), (0, 2, 1)), inner), ins[0].shape)
+    if w[1]:
+        a_t = _shape.transpose(_shape.reshape(ins[0], (outer, m, inner, k)), (0, 2, 3, 1))      # [outer, inner, k, m]
+        g_t = _shape.transpose(_shape.reshape(g, (outer, m, inner, n)), (0, 2, 1, 3))          # [outer, inner, m, n]
+        gb = _shape.reshape(matmul(_shape.reshape(a_t, (batch, k, m)), _shape.reshape(g_t, (batch, m, n))),
+                            ins[1].shape)
+    return ga, gb
+
+
 _matmul = Primitive("matmul", oc.MATMUL, _matmul_np, lambda shapes, p: _matmul_shape(*shapes, *p), _matmul_vjp)
+
+
+def interleaved_matmul(a, b, inner):
+    """a[o, :, i, :] @ b[o * inner + i] for a [outer, m, inner, k] and b [outer * inner, k, n], as
+    [outer, m, inner, n]: one MATMUL that reads and writes the items where they lie (numpy and BLAS take rows ld
+    entries apart), where a batched matmul would first move each item's rows together and its result's back.
+    Where numpy would not multiply these views with gemm (a dimension below 2: gemv or its own loops), the
+    transposes and a batched matmul, so values stay numpy's."""
+    a, b = promote(a, b)
+    outer, m, _, k = a.shape
+    n = b.shape[-1]
+    if min(m, k, n) < 2 or inner < 2:
+        y = matmul(_shape.transpose(a, (0, 2, 1, 3)), _shape.reshape(b, (outer, inner, k, n)))
+        return _shape.transpose(y, (0, 2, 1, 3))
+    params = (outer * inner, outer * inner, m, k, n, inner, (outer, m, inner, n))
+    return emit(_matmul, (a, b), _matmul_np(a._value, b._value, *params), params, params[:6])
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
@@ -89,8 +131,8 @@ def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
         b = _shape.broadcast_to(_shape.reshape(b, sb), batch_shape + sb[-2:])
         batch_b = math.prod(batch_shape)
     out_shape = batch_shape + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
-    params = (batch_a, batch_b, m, k, n, out_shape)
-    return emit(_matmul, (a, b), _matmul_np(a._value, b._value, *params), params, params[:5])
+    params = (batch_a, batch_b, m, k, n, 1, out_shape)
+    return emit(_matmul, (a, b), _matmul_np(a._value, b._value, *params), params, params[:6])
 
 
 # -- solve / inv -----------------------------------------------------------------------------
@@ -233,8 +275,9 @@ def _sum_out(x, subs, keep):
 
 def _contract(a, sa, b, sb, keep, out):
     """a (subscripts sa) contracted with b over the subscripts they share that `keep` lacks: one batched matmul
-    between transposes, with whichever operand on the left moves fewer entries (`out`: the result's final
-    order, for the last contraction)."""
+    between transposes, in the arrangement that moves fewest entries (`out`: the result's final order, for the
+    last contraction): either operand on the left, and the batch either leading or inside the left operand's
+    rows (interleaved_matmul: no transpose where the batch axes already lie between its rows and its sums)."""
     a, sa = _sum_out(a, sa, keep + sb)
     b, sb = _sum_out(b, sb, keep + sa)
     batch = [c for c in sa if c in sb and c in keep]
@@ -243,29 +286,38 @@ def _contract(a, sa, b, sb, keep, out):
     for x, s in ((a, sa), (b, sb)):
         for c, d in zip(s, x.shape):
             size[c] = d if size.get(c, 1) == 1 else size[c]      # a size-1 dim broadcasts, a 0 does not
-    if _transposes_moved(b, sb, a, sa, batch, summed, out, size) < _transposes_moved(a, sa, b, sb, batch, summed,
-                                                                                   out, size):
-        a, sa, b, sb = b, sb, a, sa
-    free_a = [c for c in sa if c not in sb]
-    free_b = [c for c in sb if c not in sa]
-    a = _shape.transpose(a, [sa.index(c) for c in batch + free_a + summed])
-    b = _shape.transpose(b, [sb.index(c) for c in batch + summed + free_b])
-    a = _shape.broadcast_to(a, tuple(size[c] for c in batch + free_a + summed))
-    b = _shape.broadcast_to(b, tuple(size[c] for c in batch + summed + free_b))
-    nb = tuple(size[c] for c in batch)
-    m, k, n = (math.prod(size[c] for c in group) for group in (free_a, summed, free_b))
-    y = matmul(_shape.reshape(a, nb + (m, k)), _shape.reshape(b, nb + (k, n)))
-    return _shape.reshape(y, tuple(size[c] for c in batch + free_a + free_b)), "".join(batch + free_a + free_b)
+    nb, k = (math.prod(size[c] for c in group) for group in (batch, summed))
+    arrangements = []
+    for left, sl, right, sr in ((a, sa, b, sb), (b, sb, a, sa)):
+        free_l = [c for c in sl if c not in sr]
+        free_r = [c for c in sr if c not in sl]
+        m, n = (math.prod(size[c] for c in group) for group in (free_l, free_r))
+        interleave = (False, True) if nb > 1 and min(m, k, n) > 1 else (False,)
+        for inside in interleave:
+            order_l = free_l + batch + summed if inside else batch + free_l + summed
+            result = free_l + batch + free_r if inside else batch + free_l + free_r
+            moved = _transposes_moved(((sl, order_l, left.size), (sr, batch + summed + free_r, right.size)),
+                                      result, out, size)
+            arrangements.append((moved, inside, left, sl, order_l, right, sr, free_r, result, m, n))
+    _, inside, left, sl, order_l, right, sr, free_r, result, m, n = min(arrangements, key=lambda x: x[0])
+    left = _shape.broadcast_to(_shape.transpose(left, [sl.index(c) for c in order_l]),
+                               tuple(size[c] for c in order_l))
+    right = _shape.broadcast_to(_shape.transpose(right, [sr.index(c) for c in batch + summed + free_r]),
+                                tuple(size[c] for c in batch + summed + free_r))
+    if inside:
+        y = interleaved_matmul(_shape.reshape(left, (1, m, nb, k)), _shape.reshape(right, (nb, k, n)), nb)
+    else:
+        nbs = tuple(size[c] for c in batch)
+        y = matmul(_shape.reshape(left, nbs + (m, k)), _shape.reshape(right, nbs + (k, n)))
+    return _shape.reshape(y, tuple(size[c] for c in result)), "".join(result)
 
 
-def _transposes_moved(left, sl, right, sr, batch, summed, out, size):
-    """What the transposes of a contraction with `left` as the matmul's left operand cost, in entries moved: a
-    permutation that keeps the last axis moves rows (one unit per entry), one that moves it gathers entry by
-    entry (four units); the identity is free. The result's transpose into `out` counts when out names it."""
-    free_l = [c for c in sl if c not in sr]
-    free_r = [c for c in sr if c not in sl]
-    result = batch + free_l + free_r
-    moves = [(list(sl), batch + free_l + summed, left.size), (list(sr), batch + summed + free_r, right.size)]
+def _transposes_moved(moves, result, out, size):
+    """What an arrangement's transposes cost, in entries moved: moves holds each operand's (subscripts, order
+    the matmul reads, entries); a permutation that keeps the last axis moves rows (one unit per entry), one
+    that moves it gathers entry by entry (four units); the identity is free. The result's transpose into `out`
+    counts when out names it."""
+    moves = [(list(before), after, entries) for before, after, entries in moves]
     if sorted(out) == sorted(result):
         moves.append((result, list(out), math.prod(size[c] for c in result)))
     return sum(entries if before[-1] == after[-1] else 4 * entries

@@ -148,6 +148,8 @@ def output_layout(code, r, slots, iattr, batch, p0, p1, p2):
     if op == oc.MATMUL:
         batch_a, batch_b, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
         batch_out = matmul_batch(batch_a, batch_b)
+        if iattr[a + 5] > 1:        # items interleaved with the rows: no example's rows form one block
+            return NO_ROWS
         out = NO_ROWS
         if p0 != NO_ROWS:
             if m * k > 0 and p0 % (m * k) == 0 and batch_a == batch_out:

@@ -5,8 +5,9 @@ np.dot(a, b) returns a new array, np.dot(a, b, out) cannot add to out, and numba
 their operands into new arrays. numba compiles those on the BLAS/LAPACK entry points of its helper library
 (numba_xxgemm, numba_xgesv: scipy.linalg.cython_blas/cython_lapack underneath, loaded on first use); the
 intrinsics here call the same entry points with the caller's pointers, as numba.np.linalg does, so the
-library and its threading are numba's own. Matrices are row-major (C-contiguous) here and column-major there:
-a row-major X is the column-major X^T.
+library and its threading are numba's own. Matrices are row-major here and column-major there: a row-major X
+is the column-major X^T. strided_gemm takes matrices whose rows lie any distance apart, as BLAS does (the items
+of MATMUL's interleaved batches), and checks that every row lies inside its array.
 """
 import numpy as np
 from llvmlite import ir
@@ -95,15 +96,33 @@ def gemm(alpha, A, trans_a, B, trans_b, beta, C):
     if ((A.shape[1] if trans_a else A.shape[0]) != m or (B.shape[1] if trans_b else B.shape[0]) != k
             or (B.shape[0] if trans_b else B.shape[1]) != n):
         raise ValueError("gemm: operand shapes do not match")
+    strided_gemm(alpha, A.reshape(A.size), A.shape[1], trans_a, B.reshape(B.size), B.shape[1], trans_b, beta,
+                 C.reshape(C.size), n, m, n, k)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _fits(flat, rows, cols, ld):
+    """Whether a row-major rows x cols matrix whose rows lie ld entries apart fits in flat from its start."""
+    return ld >= cols and (rows == 0 or cols == 0 or (rows - 1) * ld + cols <= flat.size)
+
+
+@njit(cache=True, error_model="numpy")
+def strided_gemm(alpha, a, lda, trans_a, b, ldb, trans_b, beta, c, ldc, m, n, k):
+    """C = alpha op(A) op(B) + beta C for row-major matrices whose rows lie ld entries apart (as BLAS takes
+    them): C is m x n, op(A) m x k, op(B) k x n, and a, b, c are flat arrays that start at their matrix's first
+    entry. Raises unless every row of every matrix lies inside its array; c must not overlap a or b."""
+    if not (_fits(a, k if trans_a else m, m if trans_a else k, lda)
+            and _fits(b, n if trans_b else k, k if trans_b else n, ldb) and _fits(c, m, n, ldc)):
+        raise ValueError("gemm: a matrix does not fit its array")
     if m == 0 or n == 0:
         return
     if k == 0:      # an empty sum: C = beta C
         for i in range(m):
             for j in range(n):
-                C[i, j] = beta * C[i, j] if beta != 0 else 0
+                c[i * ldc + j] = beta * c[i * ldc + j] if beta != 0 else 0
         return
     # row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, with B and A as stored
-    status = _xxgemm(trans_b, trans_a, n, m, k, alpha, B, max(B.shape[1], 1), A, max(A.shape[1], 1), beta, C, n)
+    status = _xxgemm(trans_b, trans_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc)
     if status != 0:
         raise RuntimeError("BLAS gemm is unavailable (scipy.linalg.cython_blas)")
 

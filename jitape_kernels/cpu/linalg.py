@@ -3,13 +3,16 @@ tangent and second-order kernels of forward-over-reverse Hessians, with their sc
 
 Adjoints are [rows, K] with K contiguous, so a cotangent block of an (m, n)
 matrix is an (m, n*K) matrix and most reverse products are one BLAS-3 call,
-added in place (blas.gemm); solves and inverses factor copies in the sweep's
-scratch (blas.solve_columns), as numpy does, so nothing is allocated here.
+added in place (blas.strided_gemm); solves and inverses factor copies in the
+sweep's scratch (blas.solve_columns), as numpy does, so nothing is allocated here.
+A MATMUL with inner > 1 keeps its items interleaved with the rows of its left
+operand and of its result (item_start): each item is still one BLAS call, whose
+rows lie inner times further apart.
 """
 import numpy as np
 
 from .. import njit, opcodes as oc
-from .blas import gemm, solve_columns
+from .blas import gemm, solve_columns, strided_gemm
 from .elementwise import _put
 
 
@@ -19,9 +22,16 @@ def matmul_batch(batch_x, batch_w):
     return 0 if batch_x == 0 or batch_w == 0 else max(batch_x, batch_w)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def item_start(b, inner, rows, cols):
+    """Where batch item b's rows x cols matrix starts in an operand stored as [outer, rows, inner, cols] (MATMUL's
+    `inner`: 1 stores the items one after another); the matrix's rows lie inner * cols entries apart."""
+    return (b // inner) * rows * inner * cols + (b % inner) * cols
+
+
 @njit(cache=True, error_model="numpy")
 def _matmul_operands(iattr, a, x, w, b):
-    """Batch item b's (m, k) and (k, n) matrices and their batch indices (a batch of one is shared)."""
+    """Batch item b's (m, k) and (k, n) matrices (inner = 1) and their batch indices (a batch of one is shared)."""
     batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
     bx = b if batch_x > 1 else 0
     bw = b if batch_w > 1 else 0
@@ -30,8 +40,13 @@ def _matmul_operands(iattr, a, x, w, b):
 
 @njit(cache=True, error_model="numpy")
 def matmul_forward(iattr, a, x, w, out):
-    m, n = iattr[a + 2], iattr[a + 4]
+    m, k, n, inner = iattr[a + 2], iattr[a + 3], iattr[a + 4], iattr[a + 5]
     for b in range(matmul_batch(iattr[a], iattr[a + 1])):
+        if inner > 1:
+            # numpy's matmul over the strided views (jitape.ops.linalg) is one gemm per item, rows ld apart
+            strided_gemm(1.0, x[item_start(b, inner, m, k):], inner * k, False, w[b * k * n:(b + 1) * k * n], n, False,
+                         0.0, out[item_start(b, inner, m, n):], inner * n, m, n, k)
+            continue
         X, Wm, _, _ = _matmul_operands(iattr, a, x, w, b)
         # numba's np.dot calls BLAS as numpy's matmul does (gemv for a vector operand), so a replayed product
         # equals the eager one bit for bit
@@ -43,7 +58,7 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, temps, assig
     """g_x += G W^T and g_w += X^T G per batch item (K columns), each product added in place (gemm). assign_x /
     assign_w: those rows are first written here and hold no values yet, so the first product into them is
     written, not added; a batch of one shared by the others' items accumulates after that. temps: see temps_entries."""
-    batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
+    batch_x, batch_w, m, k, n, inner = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4], iattr[a + 5]
     K = g_out.shape[1]
     batch = matmul_batch(batch_x, batch_w)
     if batch == 0:          # no product: rows to be set are zeros
@@ -52,21 +67,24 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, temps, assig
         if want_w and assign_w:
             g_w[:] = 0
         return
+    g, gx, gw = g_out.reshape(g_out.size), g_x.reshape(g_x.size), g_w.reshape(g_w.size)
     for b in range(batch):
-        X, Wm, bx, bw = _matmul_operands(iattr, a, x, w, b)
-        G = g_out[b * m * n:(b + 1) * m * n]
+        bx = b if batch_x > 1 else 0
+        bw = b if batch_w > 1 else 0
+        xs, gs = item_start(bx, inner, m, k), item_start(b, inner, m, n) * K
         if want_w:
             # dW[k, n*K] += X^T [k, m] @ G [m, n*K]
             first = assign_w and (b == 0 or batch_w > 1)
-            gemm(1.0, X, True, G.reshape(m, n * K), False, 0.0 if first else 1.0,
-                 g_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K))
+            strided_gemm(1.0, x[xs:], inner * k, True, g[gs:], inner * n * K, False, 0.0 if first else 1.0,
+                         gw[bw * k * n * K:], n * K, k, n * K, m)
         if want_x:
-            GX = g_x[bx * m * k:(bx + 1) * m * k]
             first = assign_x and (b == 0 or batch_x > 1)
             if K == 1:
-                gemm(1.0, G.reshape(m, n), False, Wm, True, 0.0 if first else 1.0, GX.reshape(m, k))
+                strided_gemm(1.0, g[gs:], inner * n, False, w[bw * k * n:], n, True, 0.0 if first else 1.0,
+                             gx[xs:], inner * k, m, k, n)
             else:
-                _rows_times(Wm, False, G, GX, m, k, n, temps, first)
+                _rows_times(w[bw * k * n:(bw + 1) * k * n].reshape(k, n), False, g, gs, inner * n * K, gx, xs * K,
+                            inner * k * K, m, k, n, K, temps, first)
 
 
 # Below this inner dimension a (k, n) @ (n, K) product per row is mostly BLAS call overhead
@@ -75,27 +93,26 @@ STACKED_INNER_MAX = 16
 
 
 @njit(cache=True, error_model="numpy")
-def _rows_times(Wm, transposed, G, GX, m, k, n, temps, assign):
-    """GX[i] (k, K) += op(W) (k, n) @ G[i] (n, K) for every row i (the K-column products of matmul's rows);
-    op(W) = Wm^T when transposed; assign: GX's first write (set, not added to). temps: (n + k) m K entries when
+def _rows_times(Wm, transposed, g, g_start, g_ld, gx, gx_start, gx_ld, m, k, n, K, temps, assign):
+    """GX[i] (k, K) += op(W) (k, n) @ G[i] (n, K) for every row i < m (the K-column products of matmul's rows),
+    where G[i] starts at g[g_start + i * g_ld] and GX[i] at gx[gx_start + i * gx_ld]; op(W) = Wm^T when
+    transposed; assign: GX's first write (set, not added to). temps: (n + k) m K entries when
     n <= STACKED_INNER_MAX."""
     if n <= STACKED_INNER_MAX:
-        _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps, assign)
+        _rows_times_stacked(Wm, transposed, g, g_start, g_ld, gx, gx_start, gx_ld, m, k, n, K, temps, assign)
         return
     for i in range(m):
-        gemm(1.0, Wm, transposed, G[i * n:(i + 1) * n], False, 0.0 if assign else 1.0, GX[i * k:(i + 1) * k])
+        strided_gemm(1.0, Wm.reshape(Wm.size), Wm.shape[1], transposed, g[g_start + i * g_ld:], K, False,
+                     0.0 if assign else 1.0, gx[gx_start + i * gx_ld:], K, k, K, n)
 
 
 @njit(cache=True, error_model="numpy")
-def _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps, assign):
+def _rows_times_stacked(Wm, transposed, g, g_start, g_ld, gx, gx_start, gx_ld, m, k, n, K, temps, assign):
     """As _rows_times in one BLAS call: the rows' G blocks side by side as (n, m*K), W @ that, added back."""
-    K = G.shape[1]
-    g = G.reshape(G.size)
-    gx = GX.reshape(GX.size)
     s = temps[:n * m * K]
     for i in range(m):
         for q in range(n):
-            src = (i * n + q) * K
+            src = g_start + i * g_ld + q * K
             dst = q * m * K + i * K
             for c in range(K):
                 s[dst + c] = g[src + c]
@@ -103,7 +120,7 @@ def _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps, assign):
     gemm(1.0, Wm, transposed, s.reshape(n, m * K), False, 0.0, t.reshape(k, m * K))
     for i in range(m):
         for p in range(k):
-            dst = (i * k + p) * K
+            dst = gx_start + i * gx_ld + p * K
             src = (p * m + i) * K
             for c in range(K):
                 _put(gx, dst + c, t[src + c], assign)
@@ -112,16 +129,20 @@ def _rows_times_stacked(Wm, transposed, G, GX, m, k, n, temps, assign):
 @njit(cache=True, error_model="numpy")
 def matmul_tangent(iattr, a, x, w, t_x, t_w, t_out, has_x, has_w, temps):
     """C' += X' W + X W' over K tangent columns."""
-    m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
+    batch_x, batch_w, m, k, n, inner = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4], iattr[a + 5]
     K = t_out.shape[1]
-    for b in range(matmul_batch(iattr[a], iattr[a + 1])):
-        X, Wm, bx, bw = _matmul_operands(iattr, a, x, w, b)
-        T = t_out[b * m * n:(b + 1) * m * n]
+    to, tx, tw = t_out.reshape(t_out.size), t_x.reshape(t_x.size), t_w.reshape(t_w.size)
+    for b in range(matmul_batch(batch_x, batch_w)):
+        bx = b if batch_x > 1 else 0
+        bw = b if batch_w > 1 else 0
+        xs, cs = item_start(bx, inner, m, k), item_start(b, inner, m, n)
         if has_w:
-            gemm(1.0, X, False, t_w[bw * k * n:(bw + 1) * k * n].reshape(k, n * K), False, 1.0, T.reshape(m, n * K))
+            strided_gemm(1.0, x[xs:], inner * k, False, tw[bw * k * n * K:], n * K, False, 1.0, to[cs * K:],
+                         inner * n * K, m, n * K, k)
         if has_x:
             # C'[i] (n, K) += W^T (n, k) @ X'[i] (k, K) for every row i
-            _rows_times(Wm, True, t_x[bx * m * k:(bx + 1) * m * k], T, m, n, k, temps, K < 0)   # K < 0: False
+            _rows_times(w[bw * k * n:(bw + 1) * k * n].reshape(k, n), True, tx, xs * K, inner * k * K, to, cs * K,
+                        inner * n * K, m, n, k, K, temps, K < 0)      # K < 0: False
 
 
 @njit(cache=True, error_model="numpy")
@@ -130,8 +151,11 @@ def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
     start..start+K: one entry of the operand per column, so a copy instead of a product. Column c is the
     operand's entry start + c (item, row, col in row-major order); the loops write C' ([entries, K]) row after
     row, its columns innermost."""
-    batch_x, batch_w, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
+    batch_x, batch_w, m, k, n, inner = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4], iattr[a + 5]
     K = t_out.shape[1]
+    if inner > 1:
+        _strided_seeded_tangent(matmul_batch(batch_x, batch_w), m, k, n, inner, x, w, t_out, seeded_w, start)
+        return
     cols = n if seeded_w else k
     per_item = (k if seeded_w else m) * cols
     shared = (batch_w if seeded_w else batch_x) == 1
@@ -175,26 +199,46 @@ def matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, start):
 
 
 @njit(cache=True, error_model="numpy")
+def _strided_seeded_tangent(batch, m, k, n, inner, x, w, t_out, seeded_w, start):
+    """matmul_seeded_tangent for inner > 1 (X and C stored [outer, m, inner, k] and [outer, m, inner, n]): column
+    c is the seeded operand's entry start + c in that storage order, one product row or column per entry."""
+    for c in range(t_out.shape[1]):
+        e = start + c
+        if seeded_w and e < batch * k * n:
+            # W' entry (b, row, col) = 1: C'[b, i, col] += X[b, i, row]
+            b, row, col = e // (k * n), e // n % k, e % n
+            for i in range(m):
+                t_out[item_start(b, inner, m, n) + i * inner * n + col, c] += x[item_start(b, inner, m, k)
+                                                                                + i * inner * k + row]
+        elif not seeded_w and e < batch * m * k:
+            # X' entry (outer, i, item, col) = 1: C'[b, i, j] += W[b, col, j]
+            i, col = e // (inner * k) % m, e % k
+            b = e // (m * inner * k) * inner + e // k % inner
+            for j in range(n):
+                t_out[item_start(b, inner, m, n) + i * inner * n + j, c] += w[(b * k + col) * n + j]
+
+
+@njit(cache=True, error_model="numpy")
 def matmul_second(iattr, a, g_out, t_x, t_w, gt_x, gt_w, temps):
     """With both operands active: dX's tangent += G W'^T and dW's tangent += X'^T G (G the one-column cotangent).
     temps: n k K entries."""
-    m, k, n = iattr[a + 2], iattr[a + 3], iattr[a + 4]
-    batch_x, batch_w = iattr[a], iattr[a + 1]
+    batch_x, batch_w, m, k, n, inner = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4], iattr[a + 5]
     K = gt_x.shape[1]
     swapped = temps[:n * k * K]
+    g, tx, gtx = g_out.reshape(g_out.size), t_x.reshape(t_x.size), gt_x.reshape(gt_x.size)
     for b in range(matmul_batch(batch_x, batch_w)):
         bx = b if batch_x > 1 else 0
         bw = b if batch_w > 1 else 0
-        G = g_out[b * m * n:(b + 1) * m * n].reshape(m, n)
+        gs, xs = item_start(b, inner, m, n), item_start(bx, inner, m, k) * K
         # dX'[i, l, :] += sum_j G[i, j] W'[l, j, :]: G (m, n) @ W' with its first two axes swapped (n, k*K)
         tw = t_w[bw * k * n:(bw + 1) * k * n]
         for l in range(k):
             for j in range(n):
                 for c in range(K):
                     swapped[(j * k + l) * K + c] = tw[l * n + j, c]
-        gemm(1.0, G, False, swapped.reshape(n, k * K), False, 1.0, gt_x[bx * m * k:(bx + 1) * m * k].reshape(m, k * K))
+        strided_gemm(1.0, g[gs:], inner * n, False, swapped, k * K, False, 1.0, gtx[xs:], inner * k * K, m, k * K, n)
         # dW'[l, j, :] += sum_i X'[i, l, :] G[i, j]: P = G^T (n, m) @ X' (m, k*K), its first two axes swapped
-        gemm(1.0, G, True, t_x[bx * m * k:(bx + 1) * m * k].reshape(m, k * K), False, 0.0, swapped.reshape(n, k * K))
+        strided_gemm(1.0, g[gs:], inner * n, True, tx[xs:], inner * k * K, False, 0.0, swapped, k * K, n, k * K, m)
         GW = gt_w[bw * k * n:(bw + 1) * k * n]
         for l in range(k):
             for j in range(n):

@@ -168,7 +168,10 @@ def _gather_inputs():
 def _einsum_inputs():
     specs = [("ij,jk->ik", [(2, 3), (3, 4)]), ("bij,bjk->bik", [(2, 2, 3), (2, 3, 1)]), ("ii->", [(3, 3)]),
              ("ij->ji", [(2, 3)]), ("i,i->", [(3,), (3,)]), ("ij,kj,k->i", [(2, 3), (4, 3), (4,)]),
-             ("...ij,jk->...ik", [(2, 2, 3), (3, 2)]), ("ij,ij->i", [(2, 3), (2, 3)]), ("ijk->kj", [(2, 3, 2)])]
+             ("...ij,jk->...ik", [(2, 2, 3), (3, 2)]), ("ij,ij->i", [(2, 3), (2, 3)]), ("ijk->kj", [(2, 3, 2)]),
+             # a batch axis between rows and sums: one MATMUL over the strided items (interleaved_matmul)
+             ("kij,nkj->nki", [(3, 2, 2), (2, 3, 2)]), ("nkj,kjl->nkl", [(2, 3, 2), (3, 2, 3)]),
+             ("bnkj,bkij->bnki", [(2, 2, 2, 3), (2, 2, 2, 3)])]
     return st.sampled_from(specs).flatmap(
         lambda sp: st.tuples(st.just(sp[0]), st.tuples(*[values(s, -2, 2) for s in sp[1]])))
 
