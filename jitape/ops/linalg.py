@@ -75,8 +75,8 @@ def _interleaved_matmul_vjp(g, ins, outer, m, k, n, inner, w):
     batch = outer * inner
     ga = gb = None
     if w[0]:
-        ga = _shape.reshape(interleaved_matmul(_shape.reshape(g, (outer, m, inner, n)), _shape.transpose(
-            _shape.reshape(ins[1], (batch, k, n)), (0, 2, 1)), inner), ins[0].shape)
+        ga = interleaved_matmul(g, _shape.transpose(_shape.reshape(ins[1], (batch, k, n)), (0, 2, 1)), m, inner, n, k,
+                                ins[0].shape)
     if w[1]:
         a_t = _shape.transpose(_shape.reshape(ins[0], (outer, m, inner, k)), (0, 2, 3, 1))      # [outer, inner, k, m]
         g_t = _shape.transpose(_shape.reshape(g, (outer, m, inner, n)), (0, 2, 1, 3))          # [outer, inner, m, n]
@@ -88,19 +88,19 @@ def _interleaved_matmul_vjp(g, ins, outer, m, k, n, inner, w):
 _matmul = Primitive("matmul", oc.MATMUL, _matmul_np, lambda shapes, p: _matmul_shape(*shapes, *p), _matmul_vjp)
 
 
-def interleaved_matmul(a, b, inner):
-    """a[o, :, i, :] @ b[o * inner + i] for a [outer, m, inner, k] and b [outer * inner, k, n], as
-    [outer, m, inner, n]: one MATMUL that reads and writes the items where they lie (numpy and BLAS take rows ld
-    entries apart), where a batched matmul would first move each item's rows together and its result's back.
-    Where numpy would not multiply these views with gemm (a dimension below 2: gemv or its own loops), the
-    transposes and a batched matmul, so values stay numpy's."""
+def interleaved_matmul(a, b, m, inner, k, n, out_shape):
+    """a[o, :, i, :] @ b[o * inner + i] for a stored [outer, m, inner, k] and b [outer * inner, k, n] (any shapes
+    of those sizes), as out_shape ([outer, m, inner, n] entries): one MATMUL that reads and writes the items where
+    they lie (numpy and BLAS take rows ld entries apart), where a batched matmul would first move each item's rows
+    together and its result's back. Where numpy would not multiply these views with gemm (a dimension below 2:
+    gemv or its own loops), the transposes and a batched matmul, so values stay numpy's."""
     a, b = promote(a, b)
-    outer, m, _, k = a.shape
-    n = b.shape[-1]
-    if min(m, k, n) < 2 or inner < 2:
-        y = matmul(_shape.transpose(a, (0, 2, 1, 3)), _shape.reshape(b, (outer, inner, k, n)))
-        return _shape.transpose(y, (0, 2, 1, 3))
-    params = (outer * inner, outer * inner, m, k, n, inner, (outer, m, inner, n))
+    outer = a.size // max(m * inner * k, 1)
+    if min(m, k, n, inner) < 2:
+        y = matmul(_shape.transpose(_shape.reshape(a, (outer, m, inner, k)), (0, 2, 1, 3)),
+                   _shape.reshape(b, (outer, inner, k, n)))
+        return _shape.reshape(_shape.transpose(y, (0, 2, 1, 3)), out_shape)
+    params = (outer * inner, outer * inner, m, k, n, inner, out_shape)
     return emit(_matmul, (a, b), _matmul_np(a._value, b._value, *params), params, params[:6])
 
 
@@ -304,11 +304,10 @@ def _contract(a, sa, b, sb, keep, out):
                                tuple(size[c] for c in order_l))
     right = _shape.broadcast_to(_shape.transpose(right, [sr.index(c) for c in batch + summed + free_r]),
                                 tuple(size[c] for c in batch + summed + free_r))
-    if inside:
-        y = interleaved_matmul(_shape.reshape(left, (1, m, nb, k)), _shape.reshape(right, (nb, k, n)), nb)
-    else:
-        nbs = tuple(size[c] for c in batch)
-        y = matmul(_shape.reshape(left, nbs + (m, k)), _shape.reshape(right, nbs + (k, n)))
+    if inside:      # the operands as they are: a reshape would record a copy
+        return interleaved_matmul(left, right, m, nb, k, n, tuple(size[c] for c in result)), "".join(result)
+    nbs = tuple(size[c] for c in batch)
+    y = matmul(_shape.reshape(left, nbs + (m, k)), _shape.reshape(right, nbs + (k, n)))
     return _shape.reshape(y, tuple(size[c] for c in result)), "".join(result)
 
 
