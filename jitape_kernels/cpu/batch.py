@@ -98,6 +98,27 @@ def _merge(out, post):
 
 
 @njit(cache=True, error_model="numpy")
+def _interleaved_layout(batch, m, k, n, inner, p0, p1):
+    """output_layout of a MATMUL whose items are interleaved with the rows ([outer, m, inner, k] @ [batch, k, n]):
+    an example owns whole outer blocks of both operands, or (the left operand alone) rows of m, each with every
+    item's entries; anything else mixes rows."""
+    out = NO_ROWS
+    if p0 != NO_ROWS:
+        if m * inner * k > 0 and p0 % (m * inner * k) == 0:
+            out = _merge(out, p0 // (m * inner * k) * (m * inner * n))
+        elif inner * k > 0 and p0 % (inner * k) == 0 and (m * inner * k) % (batch * p0) == 0:
+            out = _merge(out, p0 // (inner * k) * (inner * n))
+        else:
+            return NO_ROWS
+    if p1 != NO_ROWS:
+        if inner * k * n > 0 and p1 % (inner * k * n) == 0:
+            out = _merge(out, p1 // (inner * k * n) * (m * inner * n))
+        else:
+            return NO_ROWS
+    return NO_ROWS if out == -2 else out
+
+
+@njit(cache=True, error_model="numpy")
 def output_layout(code, r, slots, iattr, batch, p0, p1, p2):
     """The layout of instruction r's output given its inputs' layouts (NO_ROWS for an input without
     rows); NO_ROWS when the instruction mixes rows. At least one input has rows."""
@@ -148,8 +169,9 @@ def output_layout(code, r, slots, iattr, batch, p0, p1, p2):
     if op == oc.MATMUL:
         batch_a, batch_b, m, k, n = iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3], iattr[a + 4]
         batch_out = matmul_batch(batch_a, batch_b)
-        if iattr[a + 5] > 1:        # items interleaved with the rows: no example's rows form one block
-            return NO_ROWS
+        inner = iattr[a + 5]
+        if inner > 1:
+            return _interleaved_layout(batch, m, k, n, inner, p0, p1)
         out = NO_ROWS
         if p0 != NO_ROWS:
             if m * k > 0 and p0 % (m * k) == 0 and batch_a == batch_out:
@@ -299,7 +321,7 @@ def per_example_plan(code, slots, iattr, adjoint_rows, batch):
         post[out] = layout
         if param_in:
             # a parameter as matmul's right operand is the only other junction supported
-            if op != oc.MATMUL or ins[0] == NO_ROWS or ins[1] != NO_ROWS \
+            if op != oc.MATMUL or iattr[code[r, oc.ATTR] + 5] > 1 or ins[0] == NO_ROWS or ins[1] != NO_ROWS \
                     or (code[r, oc.IN0_ADJ] >= 0 and post[code[r, oc.IN0]] < 0):
                 return r, code, modes, 0, 0, adjoint_rows, post
             modes[r] = JUNCTION

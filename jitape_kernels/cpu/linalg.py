@@ -79,7 +79,17 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, temps, assig
                          gw[bw * k * n * K:], n * K, k, n * K, m)
         if want_x:
             first = assign_x and (b == 0 or batch_x > 1)
-            if K == 1:
+            if K == 1 and inner > 1:
+                # G W^T with W^T copied (n k entries of temps): OpenBLAS serves a product with a transposed right
+                # operand and a wide result by its general path, which first zeroes a result it sets, row by
+                # strided row; the plain product goes to its small-matrix kernel, which writes each entry once
+                wt = temps[:n * k]
+                for p in range(k):
+                    for q in range(n):
+                        wt[q * k + p] = w[(bw * k + p) * n + q]
+                strided_gemm(1.0, g[gs:], inner * n, False, wt, k, False, 0.0 if first else 1.0, gx[xs:], inner * k,
+                             m, k, n)
+            elif K == 1:
                 strided_gemm(1.0, g[gs:], inner * n, False, w[bw * k * n:], n, True, 0.0 if first else 1.0,
                              gx[xs:], inner * k, m, k, n)
             else:

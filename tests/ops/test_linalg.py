@@ -85,3 +85,26 @@ def test_hessians_and_forward_mode_through_an_interleaved_matmul_agree_with_nump
             value = objective(z)
         g = inner.gradient(value, z)
     np.testing.assert_allclose(outer.jacobian(g, z).numpy(), expected, atol=1e-12)
+
+
+def test_batch_jacobians_keep_their_rows_through_interleaved_items_and_a_per_example_junction_is_refused():
+    """An example that owns rows of the left operand owns them with every item's entries, so batch_jacobian runs
+    through the interleaved matmul as it did through einsum's transposes; a per-example gradient of its right
+    operand (a junction the per-example sweep splits only for items one after another) raises and leaves the
+    tape usable."""
+    rng = np.random.default_rng(2)
+    ls = jt.Variable(rng.standard_normal((4, 3, 3)))
+    x = jt.constant(rng.standard_normal((5, 4, 3)))
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = jt.einsum("kij,nkj->nki", ls, x)
+    full = tape.jacobian(y, x).numpy()
+    np.testing.assert_array_equal(tape.batch_jacobian(y, x).numpy(), np.einsum("bkibKj->bkiKj", full))
+    np.testing.assert_array_equal(tape.batch_jacobian(y, x, experimental_use_pfor=False).numpy(),
+                                  np.einsum("bkibKj->bkiKj", full))
+    with jt.GradientTape(persistent=True) as tape:
+        loss = jt.reduce_sum(jt.einsum("kij,nkj->nki", ls, x) ** 2, axis=(1, 2))
+    with pytest.raises(ValueError, match="not supported per example"):
+        tape.per_example_gradients(loss, [ls])
+    per_example = tape.jacobian(loss, ls).numpy()
+    np.testing.assert_allclose(per_example.sum(0), tape.gradient(loss, ls).numpy(), rtol=1e-12)
