@@ -8,6 +8,7 @@ from hypothesis.extra import numpy as hnp
 
 import jitape as jt
 import jitape.program
+from jitape_kernels import opcodes as oc
 
 BATCH_FEATURES = st.tuples(st.integers(1, 4), st.integers(1, 3), st.integers(1, 3))
 
@@ -289,7 +290,8 @@ def test_python_calls_independent_of_tape_length(method, monkeypatch):
 
 @pytest.mark.parametrize("budget", [None, 200])
 @pytest.mark.parametrize("case", ["left", "right", "right vector", "left batched", "right batched",
-                                  "right batched source", "right batched vectors", "both"])
+                                  "right batched source", "right batched vectors", "both", "left interleaved",
+                                  "right interleaved"])
 def test_matmul_with_the_seeded_source_as_an_operand(case, budget, monkeypatch):
     """A matmul whose operand is the seeded source copies the identity's columns instead of multiplying
     (forward-mode Jacobians and Hessians, possibly in chunks that start mid-source): either operand, a vector
@@ -299,7 +301,8 @@ def test_matmul_with_the_seeded_source_as_an_operand(case, budget, monkeypatch):
     shapes = {"left": ((3, 2), (2, 5)), "right": ((4, 3), (3, 2)), "right vector": ((4, 3), (3, 1)),
               "left batched": ((2, 3, 2), (2, 4)), "right batched": ((2, 3, 4), (4, 2)),
               "right batched source": ((2, 3, 4), (2, 4, 2)), "right batched vectors": ((3, 4, 3), (3, 3, 1)),
-              "both": ((3, 3), (3, 3))}
+              "both": ((3, 3), (3, 3)), "left interleaved": ((2, 3, 2), (3, 2, 2)),
+              "right interleaved": ((2, 3, 2), (3, 2, 2))}
     x_shape, other_shape = shapes[case]
     source = jt.constant(rng.normal(size=other_shape if case.startswith("right") else x_shape))
     other = jt.constant(rng.normal(size=x_shape if case.startswith("right") else other_shape))
@@ -309,12 +312,22 @@ def test_matmul_with_the_seeded_source_as_an_operand(case, budget, monkeypatch):
         tape.watch(source)
         if case == "both":
             y = jt.matmul(source, source)
+        elif case == "left interleaved":      # einsum's batch k inside the rows: items interleaved (inner)
+            y = jt.einsum("kij,nkj->nki", other, source)
+        elif case == "right interleaved":
+            y = jt.einsum("nkj,kjl->nkl", other, source)
         elif case.startswith("right"):
             y = jt.matmul(other, source)
         else:
             y = jt.matmul(source, other)
         wide = jt.concat([jt.reshape(y, (-1,)), jt.reshape(jt.sin(y), (-1,))], axis=0)   # wider than the source
         loss = jt.reduce_sum(jt.tanh(y) * y)
+    if case.endswith("interleaved"):
+        program = tape.program(y, source)
+        (r,) = np.flatnonzero(program.code[:, oc.OP] == oc.MATMUL)
+        operand = program.code[r, oc.IN1 if case.startswith("right") else oc.IN0]
+        # the seeded source is the interleaved matmul's own operand
+        assert program.iattr[program.code[r, oc.ATTR] + 5] == 3 and operand == program.sources[0]
     for method, target in (("jacobian", wide), ("hessian", loss)):
         compiled = getattr(tape, method)(target, source).numpy()
         recorded = _recorded(tape, lambda: getattr(tape, method)(target, source)).numpy()

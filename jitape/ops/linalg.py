@@ -37,8 +37,6 @@ def _matmul_np(a, b, batch_a, batch_b, m, k, n, inner, out_shape):
 def _matmul_shape(sa, sb, batch_a, batch_b, m, k, n, inner, out_shape):
     if math.prod(sa) != batch_a * m * k or math.prod(sb) != batch_b * k * n:
         raise ValueError(f"matmul: shapes {sa} and {sb} do not match {(batch_a, m, k)} @ {(batch_b, k, n)}")
-    if inner < 1 or (inner > 1 and (batch_a != batch_b or batch_a % inner)):
-        raise ValueError(f"matmul: batches {batch_a} and {batch_b} cannot hold items interleaved by {inner}")
     return out_shape
 
 
@@ -92,14 +90,11 @@ def interleaved_matmul(a, b, m, inner, k, n, out_shape):
     """a[o, :, i, :] @ b[o * inner + i] for a stored [outer, m, inner, k] and b [outer * inner, k, n] (any shapes
     of those sizes), as out_shape ([outer, m, inner, n] entries): one MATMUL that reads and writes the items where
     they lie (numpy and BLAS take rows ld entries apart), where a batched matmul would first move each item's rows
-    together and its result's back. Where numpy would not multiply these views with gemm (a dimension below 2:
-    gemv or its own loops), the transposes and a batched matmul, so values stay numpy's."""
+    together and its result's back. m, inner, k and n are at least 2, where numpy's matmul multiplies these views
+    with gemm (below, gemv or its own loops), so the replay's gemm gives numpy's bits (einsum's _contract keeps
+    the transposes otherwise, and the VJP's products have the same sizes)."""
     a, b = promote(a, b)
-    outer = a.size // max(m * inner * k, 1)
-    if min(m, k, n, inner) < 2:
-        y = matmul(_shape.transpose(_shape.reshape(a, (outer, m, inner, k)), (0, 2, 1, 3)),
-                   _shape.reshape(b, (outer, inner, k, n)))
-        return _shape.reshape(_shape.transpose(y, (0, 2, 1, 3)), out_shape)
+    outer = a.size // (m * inner * k)
     params = (outer * inner, outer * inner, m, k, n, inner, out_shape)
     return emit(_matmul, (a, b), _matmul_np(a._value, b._value, *params), params, params[:6])
 
