@@ -264,6 +264,27 @@ def test_gradients_through_eager_arithmetic_over_short_runs_are_the_broadcasts_s
     np.testing.assert_allclose(gy.numpy(), np.sum(-2 * y * (x * x + 1) / (d * d), 0, keepdims=True), rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_warmup_compiles_strided_arithmetic_for_every_pair_of_layouts_eager_ops_pass(dtype, monkeypatch):
+    # a signature the warmup left out compiles on a user's first eager op of that layout (~0.3 s, cold)
+    import jitape.ops.elementwise as elementwise
+    from jitape_kernels.cpu import _eager_steps
+    _eager_steps(dtype)
+    warmed = set(strided_arithmetic.signatures)
+    layouts = set()
+    layout = lambda a: "C" if a.flags.c_contiguous else "F" if a.flags.f_contiguous else "A"     # noqa: E731
+    monkeypatch.setattr(elementwise, "strided_arithmetic",
+                        lambda op, a, b, out: layouts.add(layout(a) + layout(b)) or strided_arithmetic(op, a, b, out))
+    rng = np.random.default_rng(5)
+    draw = lambda *shape: rng.standard_normal(shape).astype(dtype)      # noqa: E731
+    transposed = draw(9, 4000).T       # large enough that a broadcast against it stays a view (tensor.VIEWS_FROM)
+    for x, y in _short_run_pairs(dtype) + [(transposed, draw(9, 4000).T), (transposed, draw(4000, 1))]:
+        for a, b in ((x, y), (y, x)):
+            np.testing.assert_array_equal(jt.subtract(jt.constant(a), jt.constant(b)).numpy(), a - b)
+    assert layouts == {"AA", "AC", "CA", "AF", "FA", "CF", "FC", "FF"}
+    assert set(strided_arithmetic.signatures) == warmed
+
+
 def test_strided_arithmetic_refuses_operands_unlike_its_output_and_other_opcodes():
     out = np.zeros((2, 3, 4))
     with pytest.raises(ValueError, match="shapes"):

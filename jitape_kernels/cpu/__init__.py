@@ -37,14 +37,18 @@ def _optimizer_steps(dtype):
 
 
 def _eager_steps(dtype):
-    """The loops eager ops run (jitape.ops): strided_arithmetic over read-only views of each layout its callers
-    pass (two views; a C-contiguous array and a view, either side), and short_row_sums."""
-    out = np.zeros((1, 1, 2), dtype)
-    view = np.broadcast_to(np.zeros(1, dtype), out.shape)
-    contiguous = out.copy()
-    contiguous.flags.writeable = False
-    for a, b in ((view, view), (contiguous, view), (view, contiguous)):
-        strided_arithmetic(oc.ADD, a, b, out)
+    """The loops eager ops run (jitape.ops): strided_arithmetic over read-only operands of every pair of layouts
+    its callers pass (numba types an array C-contiguous, F-contiguous or neither; a transposed matrix is F; two
+    C-contiguous operands never take it, numpy runs them in one run), and short_row_sums."""
+    out = np.zeros((1, 2, 2), dtype)
+    layouts = [np.zeros(out.shape, dtype), np.zeros(out.shape, dtype, order="F"),
+               np.broadcast_to(np.zeros(1, dtype), out.shape)]
+    for operand in layouts:
+        operand.flags.writeable = False
+    for a in layouts:
+        for b in layouts:
+            if not (a.flags.c_contiguous and b.flags.c_contiguous):
+                strided_arithmetic(oc.ADD, a, b, out)
     short_row_sums(np.zeros((0, 2), dtype), np.zeros(0, dtype))
 
 
