@@ -61,8 +61,10 @@ def _extremum_vjp(g, out, ins, p, w):
     outer, n, inner, _ = p
     hit = _ew.cast(_ew.equal(_shape.reshape(ins[0], (outer, n, inner)), _shape.reshape(out, (outer, 1, inner))),
                    g.dtype)         # recorded comparisons: a replayed derivative recomputes the ties
-    share = _ew.divide(hit, _ew.maximum(reduce_sum(hit, 1, keepdims=True), 1.0))
-    return (_shape.reshape(_spread(g, outer, n, inner) * share, ins[0].shape),)
+    # each reduced entry's share divided once, then masked, as the compiled reverse does: the same bits, and one
+    # division per reduced entry rather than per input entry
+    share = _ew.divide(_shape.reshape(g, (outer, 1, inner)), _ew.maximum(reduce_sum(hit, 1, keepdims=True), 1.0))
+    return (_shape.reshape(_shape.broadcast_to(share, (outer, n, inner)) * hit, ins[0].shape),)
 
 
 def _prod_vjp(g, out, ins, p, w):

@@ -178,3 +178,44 @@ def test_eager_sums_of_many_short_rows_run_compiled_and_equal_numpy_s_and_replay
     _same_bits(summed(jt.constant(x)).numpy(), np.add.reduce(x, 1))       # replayed
     _same_bits(jt.reduce_sum(jt.transpose(jt.constant(x.T.copy())), 1).numpy(), np.add.reduce(x, 1))
     assert len(calls) == 3          # eager, the trace's eager value, and the transposed view (copied first)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("reduce", [jt.reduce_max, jt.reduce_min])
+def test_tied_extrema_share_the_cotangent_with_the_compiled_sweep_s_bits_on_the_recorded_path(reduce, axis, dtype):
+    """Ties split a reduced entry's cotangent evenly (as TensorFlow): the recorded VJP (under an enclosing tape,
+    eager and replayed) divides each reduced entry's cotangent by its tie count once, as the compiled reverse
+    does, so both give one number (w / 3 and w * (1 / 3) differ in the last bit for some of these weights); a
+    NaN extremum passes none of it."""
+    low, high = np.arange(6.0)[:, None], np.arange(6.0)[:, None] + 2.5
+    x0 = np.concatenate([np.where([True, False, True, True, False, False], low, high),      # three ties each way
+                         [[np.nan, 1.0, 1.0, 2.0, 2.0, 0.0]]]).astype(dtype)
+    x0 = x0 if axis == 1 else x0.T.copy()
+    w0 = (np.arange(7) * 0.7 + 0.1).astype(dtype)
+    weights = jt.constant(w0)
+
+    def loss(x):
+        return jt.reduce_sum(weights * reduce(x, axis=axis))
+
+    x = jt.constant(x0)
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = loss(x)
+    compiled = tape.gradient(y, x).numpy()
+
+    def recorded_gradient(x):
+        with jt.GradientTape() as outer:
+            outer.watch(x)
+            with jt.GradientTape() as inner:
+                inner.watch(x)
+                y = loss(x)
+            return inner.gradient(y, x)
+
+    replayed = jt.function(recorded_gradient)
+    for g in (recorded_gradient(x), replayed(x), replayed(x)):
+        _same_bits(g.numpy(), compiled)
+    extremum = np.max if reduce is jt.reduce_max else np.min
+    ties = x0 == extremum(x0, axis=axis, keepdims=True)
+    share = np.expand_dims(w0 / dtype(3), axis)
+    np.testing.assert_array_equal(compiled, np.where(ties, share, 0).astype(dtype))
