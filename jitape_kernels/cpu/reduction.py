@@ -466,29 +466,38 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, temps
 
 @njit(cache=True, error_model="numpy")
 def _extremum_linear(x, y, out_rows, in_rows, outer, n, inner, transpose):
-    """MAX/MIN's Jacobian over K columns (each reduced entry's share split evenly between its tied extrema) with
-    no partials array: out += J in, or transposed in += J^T out."""
+    """MAX/MIN's Jacobian over K columns (each reduced entry split evenly between its tied extrema) with no
+    partials array: out += J in, the tied entries' tangents summed, then divided by their count, or transposed
+    in += J^T out, each cotangent divided by the count, then masked; in the arrays' dtype, as JAX's and
+    PyTorch's rules (and _extremum_transposed's, the recorded VJP's), so every path gives one number."""
     K = out_rows.shape[1]
+    one, zero = out_rows.dtype.type(1), out_rows.dtype.type(0)      # masks times shares: a NaN stays NaN
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
             r = o * inner + i
-            share = 1.0 / _ties(x, y[r], base, n, inner)
-            for a in range(n):
-                e = base + a * inner
-                f = share if x[e] == y[r] else 0.0      # every entry, times 0 off the extrema: NaNs propagate
+            ties = out_rows.dtype.type(_ties(x, y[r], base, n, inner))
+            if transpose:
+                for a in range(n):
+                    e = base + a * inner
+                    f = one if x[e] == y[r] else zero       # every entry, times 0 off the extrema: NaNs propagate
+                    for k in range(K):
+                        in_rows[e, k] += out_rows[r, k] / ties * f
+            else:
                 for k in range(K):
-                    if transpose:
-                        in_rows[e, k] += out_rows[r, k] * f
-                    else:
-                        out_rows[r, k] += f * in_rows[e, k]
+                    tied = zero
+                    for a in range(n):
+                        e = base + a * inner
+                        tied += in_rows[e, k] * (one if x[e] == y[r] else zero)
+                    out_rows[r, k] += tied / ties
 
 
 @njit(cache=True, error_model="numpy")
 def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign, temps):
     """MAX/MIN cotangents, K = 1: each reduced entry's cotangent split evenly between its tied extrema (as
-    TensorFlow), in two passes over its entries (count the ties, then write), with no partials array; loops
-    over [outer, n, inner] views (see reduce_forward)."""
+    TensorFlow, JAX and PyTorch split it; divided by the count, then masked, as JAX's and PyTorch's rules), in
+    two passes over its entries (count the ties, then write), with no partials array; loops over
+    [outer, n, inner] views (see reduce_forward)."""
     one, zero = g_out.dtype.type(1), g_out.dtype.type(0)      # shares times 0/1 masks: a NaN cotangent stays NaN
     if inner == 1:
         x2 = x.reshape(outer, n)
@@ -498,7 +507,7 @@ def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign, temps):
             ties = 0
             for a in range(n):
                 ties += x2[o, a] == extremum
-            share = g_out[o] / max(ties, 1)
+            share = g_out[o] / g_out.dtype.type(max(ties, 1))      # in the dtype, as the recorded VJP's
             if assign:
                 for a in range(n):
                     g2[o, a] = share * (one if x2[o, a] == extremum else zero)
@@ -517,7 +526,7 @@ def _extremum_transposed(x, y, g_out, g_in, outer, n, inner, assign, temps):
             for i in range(inner):
                 shares[i] += 1 if x3[o, a, i] == y2[o, i] else 0
         for i in range(inner):
-            shares[i] = g_out[o * inner + i] / max(shares[i], 1)
+            shares[i] = g_out[o * inner + i] / max(shares[i], one)
         for a in range(n):
             if assign:
                 for i in range(inner):

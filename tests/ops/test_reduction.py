@@ -219,3 +219,19 @@ def test_tied_extrema_share_the_cotangent_with_the_compiled_sweep_s_bits_on_the_
     ties = x0 == extremum(x0, axis=axis, keepdims=True)
     share = np.expand_dims(w0 / dtype(3), axis)
     np.testing.assert_array_equal(compiled, np.where(ties, share, 0).astype(dtype))
+    # K columns: the reverse Jacobian's rows are the gradients of w_r y_r (each cotangent divided, then
+    # masked); forward mode sums the tied tangents, then divides (as JAX's rule): w_j / 3 against w_j * (1 / 3)
+    scales = jt.constant((np.arange(9) * 0.7 + 0.1).astype(dtype))
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = reduce(x, axis=axis)
+        rows = weights * y
+        wide = jt.reshape(scales, (9, 1)) * jt.reshape(y, (1, 7))      # 63 entries from 42: forward mode
+    reverse, forward = tape.jacobian(rows, x).numpy(), tape.jacobian(wide, x).numpy()
+    for r in range(7):
+        _same_bits(reverse[r], np.where(ties & (np.arange(7) == r).reshape(np.expand_dims(w0, axis).shape),
+                                        share, 0).astype(dtype))
+    hits = np.stack([np.where(ties & (np.arange(7) == r).reshape(np.expand_dims(w0, axis).shape), 1, 0)
+                     for r in range(7)]).astype(dtype)
+    thirds = hits * (dtype(1) / dtype(3))
+    _same_bits(forward, scales.numpy()[:, None, None, None] * thirds[None])
