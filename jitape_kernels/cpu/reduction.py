@@ -467,29 +467,26 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, temps
 @njit(cache=True, error_model="numpy")
 def _extremum_linear(x, y, out_rows, in_rows, outer, n, inner, transpose):
     """MAX/MIN's Jacobian over K columns (each reduced entry split evenly between its tied extrema) with no
-    partials array: out += J in, the tied entries' tangents summed, then divided by their count, or transposed
-    in += J^T out, each cotangent divided by the count, then masked; in the arrays' dtype, as JAX's and
-    PyTorch's rules (and _extremum_transposed's, the recorded VJP's), so every path gives one number."""
+    partials array, in the arrays' dtype: transposed, in += J^T out, each cotangent divided by the tie count
+    (as _extremum_transposed, the recorded VJP, JAX's and PyTorch's rules: every reverse path one number), or
+    out += J in, each tied tangent times 1 / count. Every entry is visited, times 0 off the extrema, so a NaN
+    or infinite value propagates."""
     K = out_rows.shape[1]
-    one, zero = out_rows.dtype.type(1), out_rows.dtype.type(0)      # masks times shares: a NaN stays NaN
+    one, zero = out_rows.dtype.type(1), out_rows.dtype.type(0)
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
             r = o * inner + i
             ties = out_rows.dtype.type(_ties(x, y[r], base, n, inner))
-            if transpose:
-                for a in range(n):
-                    e = base + a * inner
-                    f = one if x[e] == y[r] else zero       # every entry, times 0 off the extrema: NaNs propagate
-                    for k in range(K):
-                        in_rows[e, k] += out_rows[r, k] / ties * f
-            else:
+            share = one / ties
+            for a in range(n):
+                e = base + a * inner
+                tied = x[e] == y[r]
                 for k in range(K):
-                    tied = zero
-                    for a in range(n):
-                        e = base + a * inner
-                        tied += in_rows[e, k] * (one if x[e] == y[r] else zero)
-                    out_rows[r, k] += tied / ties
+                    if transpose:       # off the extrema out * 0: NaN exactly where out / ties * 0 would be
+                        in_rows[e, k] += out_rows[r, k] / ties if tied else out_rows[r, k] * zero
+                    else:
+                        out_rows[r, k] += in_rows[e, k] * (share if tied else zero)
 
 
 @njit(cache=True, error_model="numpy")

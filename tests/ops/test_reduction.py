@@ -220,7 +220,7 @@ def test_tied_extrema_share_the_cotangent_with_the_compiled_sweep_s_bits_on_the_
     share = np.expand_dims(w0 / dtype(3), axis)
     np.testing.assert_array_equal(compiled, np.where(ties, share, 0).astype(dtype))
     # K columns: the reverse Jacobian's rows are the gradients of w_r y_r (each cotangent divided, then
-    # masked); forward mode sums the tied tangents, then divides (as JAX's rule): w_j / 3 against w_j * (1 / 3)
+    # masked); forward mode takes each tied tangent times 1 / 3
     scales = jt.constant((np.arange(9) * 0.7 + 0.1).astype(dtype))
     with jt.GradientTape(persistent=True) as tape:
         tape.watch(x)
