@@ -187,7 +187,8 @@ def test_tied_extrema_share_the_cotangent_with_the_compiled_sweep_s_bits_on_the_
     """Ties split a reduced entry's cotangent evenly (as TensorFlow): the recorded VJP (under an enclosing tape,
     eager and replayed) divides each reduced entry's cotangent by its tie count once, as the compiled reverse
     does, so both give one number (w / 3 and w * (1 / 3) differ in the last bit for some of these weights); a
-    NaN extremum passes none of it."""
+    NaN extremum passes none of it. The K-column reverse, forward mode, the batch path and the second-order
+    sweeps (compiled and through the recorded gradient) take the same split."""
     low, high = np.arange(6.0)[:, None], np.arange(6.0)[:, None] + 2.5
     x0 = np.concatenate([np.where([True, False, True, True, False, False], low, high),      # three ties each way
                          [[np.nan, 1.0, 1.0, 2.0, 2.0, 0.0]]]).astype(dtype)
@@ -226,12 +227,30 @@ def test_tied_extrema_share_the_cotangent_with_the_compiled_sweep_s_bits_on_the_
         tape.watch(x)
         y = reduce(x, axis=axis)
         rows = weights * y
+        per_row = jt.reshape(rows, (7, 1))
         wide = jt.reshape(scales, (9, 1)) * jt.reshape(y, (1, 7))      # 63 entries from 42: forward mode
     reverse, forward = tape.jacobian(rows, x).numpy(), tape.jacobian(wide, x).numpy()
+    hits = np.stack([ties & (np.arange(7) == r).reshape(share.shape) for r in range(7)])    # per reduced entry
     for r in range(7):
-        _same_bits(reverse[r], np.where(ties & (np.arange(7) == r).reshape(np.expand_dims(w0, axis).shape),
-                                        share, 0).astype(dtype))
-    hits = np.stack([np.where(ties & (np.arange(7) == r).reshape(np.expand_dims(w0, axis).shape), 1, 0)
-                     for r in range(7)]).astype(dtype)
-    thirds = hits * (dtype(1) / dtype(3))
-    _same_bits(forward, scales.numpy()[:, None, None, None] * thirds[None])
+        _same_bits(reverse[r], np.where(hits[r], share, 0).astype(dtype))
+    _same_bits(forward, scales.numpy()[:, None, None, None] * np.where(hits, dtype(1) / dtype(3), dtype(0))[None])
+    if axis == 1:       # rows as the batch: each example's seeded row through the batch path
+        _same_bits(tape.batch_jacobian(per_row, x).numpy()[:, 0], compiled)
+    # second order, where the rows are finite: sum w y², H = sum_r 2 w_r hit_r hit_rᵀ / 9, compiled (forward over
+    # reverse) and through the recorded gradient (nested tapes)
+    finite = jt.constant(x0[:6] if axis == 1 else x0[:, :6])
+    hit = hits[:6, :6] if axis == 1 else hits[:6, :, :6]
+    flat = hit.reshape(6, -1).astype(np.float64)
+    expected = np.einsum("r,ri,rj->ij", 2 * w0[:6].astype(np.float64) / 9, flat, flat)
+    squares = lambda v: jt.reduce_sum(weights[:6] * jt.square(reduce(v, axis=axis)))      # noqa: E731
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(finite)
+        with jt.GradientTape() as inner:
+            inner.watch(finite)
+            value = squares(finite)
+        gradient = inner.gradient(value, finite)
+    with jt.GradientTape(persistent=True) as flat_tape:
+        flat_tape.watch(finite)
+        flat_value = squares(finite)
+    for hessian in (tape.jacobian(gradient, finite), flat_tape.hessian(flat_value, finite)):
+        np.testing.assert_allclose(hessian.numpy().reshape(expected.shape), expected, rtol=1e-6)
