@@ -2,4 +2,5 @@
 
 from jitape.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":      # not in the worker processes `jitape warmup` spawns, which import this module
+    raise SystemExit(main())

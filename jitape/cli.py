@@ -5,11 +5,13 @@
 
 import argparse
 import importlib.metadata
+import multiprocessing
 import os
 import platform
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import jitape as jt
@@ -82,17 +84,46 @@ def _progress(done, total, label, stream, width=30):
     stream.flush()
 
 
+# The default number of warmup processes: the replay sweeps (two of 23 steps, ~a quarter of a warmup's compile
+# time, as they compile the forward and reverse kernels they call) bound it, so more than four processes would
+# only compile the same kernels side by side, ~1 GB of memory each
+WARMUP_JOBS = 4
+
+
+def _cores():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def warmup(args):
+    # numba compiles on one thread, so the steps run in worker processes; each saves what it compiles to the
+    # shared disk cache (jitape_kernels._KernelCacheFile), where the others find it
     steps = cpu.warmup_steps()
+    jobs = min(args.jobs or min(_cores(), WARMUP_JOBS), len(steps))
     start = time.perf_counter()
-    for done, (name, compile_step) in enumerate(steps):
-        _progress(done, len(steps), f"compiling {name}", sys.stderr)
-        compile_step()
-    _progress(len(steps), len(steps), "done", sys.stderr)
+    _progress(0, len(steps), f"compiling on {jobs} {'core' if jobs == 1 else 'cores'}", sys.stderr)
+    if jobs == 1:
+        for done, (name, compile_step) in enumerate(steps, 1):
+            compile_step()
+            _progress(done, len(steps), f"compiled {name}", sys.stderr)
+    else:
+        # spawned, not forked: a forked child would inherit this process's numba and LLVM state mid-use
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            names = {pool.submit(cpu.run_warmup_step, i): name for i, (name, _) in enumerate(steps)}
+            for done, finished in enumerate(as_completed(names), 1):
+                finished.result()
+                _progress(done, len(steps), f"compiled {names[finished]}", sys.stderr)
     elapsed = time.perf_counter() - start
-    print(f"compiled and cached {len(steps)} kernels in {elapsed:.1f} s "
-          f"(cache: {jitape_kernels.cache_dir()})")
+    print(f"compiled and cached {len(steps)} kernels in {elapsed:.1f} s on {jobs} "
+          f"{'core' if jobs == 1 else 'cores'} (cache: {jitape_kernels.cache_dir()})")
     return 0
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of processes >= 1, got {text}")
+    return value
 
 
 def bench(args):
@@ -116,8 +147,10 @@ def _parser():
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     commands.add_parser("demo", help="run the seed tutorials' examples with timings").set_defaults(run=demo)
     commands.add_parser("info", help="versions, numba cache directory, backends").set_defaults(run=info)
-    commands.add_parser("warmup", help="compile and cache every kernel for float32 and float64"
-                        ).set_defaults(run=warmup)
+    warmup_parser = commands.add_parser("warmup", help="compile and cache every kernel for float32 and float64")
+    warmup_parser.add_argument("--jobs", "-j", type=_positive, default=None,
+                               help=f"processes compiling at once (default: one per core, at most {WARMUP_JOBS})")
+    warmup_parser.set_defaults(run=warmup)
     commands.add_parser("bench", help="run the perf suite (perf/run.py) against the peers installed; "
                         "further arguments are passed on to it").set_defaults(run=bench)
     return parser

@@ -13,8 +13,11 @@ The kernels are declared with this package's `njit`, numba's with a cache of its
 bitcode at every load (~70% of the load: 30-90 ms for the largest sweeps), although it
 needs it only to link the function into one compiled later; here the bitcode is parsed
 when such a compile asks for it, and the symbols the execution engine must know are
-stored by name.
+stored by name. Processes may compile the same kernels at once (a parallel `jitape warmup`,
+a user's process pool on a cold cache): _KernelCacheFile stores every compile result under a
+name of its own and merges the index entries that name them.
 """
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -139,8 +142,54 @@ _LAZY_LOADS = (all(hasattr(codegen.JITCodeLibrary, name)
                and hasattr(codegen.JitEngine, "_load_defined_symbols") and "referenced_envs" in compiler.CR_FIELDS)
 
 
+try:
+    import fcntl
+except ImportError:         # Windows: index entries are merged unlocked (see _KernelCacheFile)
+    fcntl = None
+
+
+@contextlib.contextmanager
+def _index_lock():
+    """Held while a kernel's index is read, updated and written: one lock file for the cache directory."""
+    if fcntl is None:
+        yield
+        return
+    with open(_CACHE_DIR / ".index.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class _KernelCacheFile(caching.IndexDataCacheFile):
+    """numba's index and data files of one kernel, safe when several processes save compiles of it at once.
+
+    numba numbers a kernel's data files and writes the index it read with one entry added. Two processes saving
+    different signatures at once (float32 and float64 of a shared kernel) could both take number 1, so the index
+    named one signature's machine code for the other's (a wrong load: a crash or wrong numbers), and the index
+    written last dropped the other's entry. Here each compile result's file is named by a hash of its index key
+    (a second process compiling the same signature writes the same name, atomically), it is written before the
+    index entry that names it, and the entry is added to the index as it is on disk, under a lock (without fcntl,
+    unlocked: an entry may then be lost, which costs a recompile, never a wrong load)."""
+
+    def save(self, key, data):
+        digest = hashlib.sha256(repr((key, self._source_stamp)).encode()).hexdigest()[:24]
+        name = f"{self._index_name[:-len('.nbi')]}.{digest}.nbc"
+        self._save_data(name, data)
+        with _index_lock():
+            overloads = self._load_index()
+            overloads[key] = name
+            self._save_index(overloads)
+
+
 class _KernelCache(caching.FunctionCache):
     _impl_class = _KernelCacheImpl
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        self._cache_file = _KernelCacheFile(self._cache_path, self._impl.filename_base,
+                                            self._impl.locator.get_source_stamp())
 
 
 def njit(**options):

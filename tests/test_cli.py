@@ -2,10 +2,12 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from jitape import cli, demo
+from jitape_kernels import cpu
 
 SCALAR = "jitape.Tensor({}, shape=(), dtype=float32)"
 
@@ -35,11 +37,32 @@ def test_demo_prints_the_seeds_results_with_timings(capsys):
     assert out.rstrip().splitlines()[-1].startswith(f"{len(demo.EXAMPLES)} examples in ")
 
 
-def test_warmup_compiles_every_kernel_with_a_progress_bar(capsys):
-    assert cli.main(["warmup"]) == 0
+def test_warmup_compiles_in_worker_processes_every_kernel_a_first_run_calls(capsys):
+    assert cli.main(["warmup", "--jobs", "2"]) == 0
     captured = capsys.readouterr()
-    assert "compiled and cached" in captured.out
-    assert "[" + "#" * 30 + "]" in captured.err
+    assert "compiled and cached 23 kernels" in captured.out and " on 2 cores " in captured.out
+    assert "[" + "#" * 30 + "] 23/23" in captured.err
+    for name, _ in cpu.warmup_steps():
+        assert f"compiled {name}\n" in captured.err
+    # a signature the warmup compiles but no caller passes (plan's rows were writable, a tape's are read-only
+    # views of its bytes) leaves the first gradient after it to compile for seconds
+    first_uses = subprocess.run([sys.executable, str(Path(__file__).with_name("first_uses.py"))],
+                                capture_output=True, text=True, check=True).stdout
+    assert [line for line in first_uses.splitlines() if line.startswith("missed:")] == []
+
+
+def test_warmup_on_one_core_compiles_in_its_own_process(capsys, monkeypatch):
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a one-core warmup started worker processes")
+    monkeypatch.setattr(cli, "ProcessPoolExecutor", no_pool)
+    assert cli.main(["warmup", "-j", "1"]) == 0
+    assert " on 1 core " in capsys.readouterr().out
+
+
+def test_warmup_refuses_a_number_of_jobs_below_one(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["warmup", "--jobs", "0"])
+    assert "expected a number of processes >= 1, got 0" in capsys.readouterr().err
 
 
 def test_bench_without_the_perf_suite_says_how_to_get_it(capsys, monkeypatch, tmp_path):

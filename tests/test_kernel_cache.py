@@ -1,8 +1,10 @@
-"""jitape_kernels/__init__.py: kernels cache in jitape's own directory, and importing jitape changes no other
-library's settings (numba.config.CACHE_DIR stays what numba read from the environment)."""
+"""jitape_kernels/__init__.py: kernels cache in jitape's own directory, importing jitape changes no other
+library's settings (numba.config.CACHE_DIR stays what numba read from the environment), and processes
+compiling at once share the cache safely."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jitape_kernels
@@ -88,3 +90,70 @@ sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)
 print(w[0], type(library).__name__, library._shared_module is not None)
 """
     assert _run(numbas_own_load, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["0.0", "JITCodeLibrary", "True"]
+
+
+def _at_once(code, workers, cache):
+    """Run `code` in `workers` processes (argv[1]: the worker's number) that start its work at one moment
+    (argv[2]: the time.time() to wait for, past their imports); their outputs."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR",)}
+    environment["JITAPE_CACHE_DIR"] = str(cache)
+    start = time.time() + 3
+    processes = [subprocess.Popen([sys.executable, "-c", code, str(w), str(start)], env=environment,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(workers)]
+    outputs = [p.communicate() for p in processes]
+    for p, (out, err) in zip(processes, outputs):
+        assert p.returncode == 0, err
+    return [out.strip() for out, _ in outputs]
+
+
+def test_processes_saving_a_kernel_s_compiles_at_once_keep_every_entry_with_its_own_code(tmp_path):
+    # numba's own cache file numbers a kernel's data files from the index it read, so two processes saving at
+    # once took one number for two signatures (one entry then loaded the other's machine code) or dropped an
+    # entry; four processes saving 40 entries each at one moment collide within a few saves
+    save = """
+import sys, time
+from jitape_kernels import _KernelCache
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+cache = _KernelCache(sgd_momentum_step.py_func)
+cache._impl.locator.ensure_cache_path()
+worker, start = int(sys.argv[1]), float(sys.argv[2])
+while time.time() < start:
+    pass
+for i in range(40):
+    cache._cache_file.save(("signature", worker, i), ("machine code", worker, i))
+"""
+    _at_once(save, 4, tmp_path)
+    load = """
+from jitape_kernels import _KernelCache
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+cache = _KernelCache(sgd_momentum_step.py_func)
+loaded = [cache._cache_file.load(("signature", w, i)) for w in range(4) for i in range(40)]
+print(sum(data == ("machine code", w, i) for data, (w, i) in zip(loaded, [(w, i) for w in range(4) for i in range(40)])))
+"""
+    assert _run(load, JITAPE_CACHE_DIR=str(tmp_path)) == "160"
+
+
+def test_kernels_compiled_by_processes_at_once_load_in_a_new_process_without_compiling(tmp_path):
+    compile_one_dtype = """
+import sys, time
+import numpy as np
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+worker, start = int(sys.argv[1]), float(sys.argv[2])
+while time.time() < start:
+    pass
+dtype = (np.float32, np.float64)[worker]
+w = np.ones(3, dtype)
+sgd_momentum_step(w, np.full(3, 2, dtype), np.zeros(3, dtype), dtype(0.5), dtype(0), False, w)
+print(w[0])
+"""
+    assert _at_once(compile_one_dtype, 2, tmp_path) == ["0.0", "0.0"]
+    load_both = """
+import numpy as np
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+for dtype in (np.float32, np.float64):
+    w = np.ones(3, dtype)
+    sgd_momentum_step(w, np.full(3, 2, dtype), np.zeros(3, dtype), dtype(0.25), dtype(0), False, w)
+    print(w.dtype, w[0])
+print(sum(sgd_momentum_step.stats.cache_hits.values()), sum(sgd_momentum_step.stats.cache_misses.values()))
+"""
+    assert _run(load_both, JITAPE_CACHE_DIR=str(tmp_path)).splitlines() == ["float32 0.5", "float64 0.5", "2 0"]

@@ -14,7 +14,7 @@ from .reduction import short_row_sums
 
 __all__ = ["derivative_plan", "first_row_mixing", "forward_sweep", "new_temps", "per_example_plan",
            "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_sweep", "reverse_sweep",
-           "second_order_sweep", "tangent_sweep", "warmup_steps"]
+           "run_warmup_step", "second_order_sweep", "tangent_sweep", "warmup_steps"]
 
 
 def new_temps(code, iattr, columns, dtype):
@@ -36,15 +36,20 @@ def _optimizer_steps(dtype):
     adam_step(z, z, z, z, z, scalar, scalar, scalar, scalar, z)
 
 
+def _read_only(array):
+    """`array`, made read-only: as the operands strided_arithmetic takes and the recorded rows plan() takes (views
+    of a tape's bytes); numba types a read-only array apart, so the warmup compiles that signature."""
+    array.flags.writeable = False
+    return array
+
+
 def _eager_steps(dtype):
     """The loops eager ops run (jitape.ops): strided_arithmetic over read-only operands of every pair of layouts
     its callers pass (numba types an array C-contiguous, F-contiguous or neither; a transposed matrix is F; two
     C-contiguous operands never take it, numpy runs them in one run), and short_row_sums."""
     out = np.zeros((1, 2, 2), dtype)
-    layouts = [np.zeros(out.shape, dtype), np.zeros(out.shape, dtype, order="F"),
-               np.broadcast_to(np.zeros(1, dtype), out.shape)]
-    for operand in layouts:
-        operand.flags.writeable = False
+    layouts = [_read_only(np.zeros(out.shape, dtype)), _read_only(np.zeros(out.shape, dtype, order="F")),
+               np.broadcast_to(np.zeros(1, dtype), out.shape)]     # a broadcast view is read-only
     for a in layouts:
         for b in layouts:
             if not (a.flags.c_contiguous and b.flags.c_contiguous):
@@ -56,41 +61,59 @@ def warmup_steps():
     """(name, callable) pairs that compile and cache every CPU entry point for float32 and float64.
 
     numba compiles a whole function per argument-type signature, so an empty
-    Program of each dtype compiles every kernel the interpreter can reach.
+    Program of each dtype compiles every kernel the interpreter can reach. The
+    longest steps come first, the two dtypes' side by side, so that a parallel
+    warmup starts them at once (the replay sweep, ~85 s cold on one core, takes
+    the forward and reverse kernels with it; the planning steps take ~13 s in all).
     """
-    steps = [("plan", lambda: plan(np.zeros((0, 6), np.int64), np.zeros((0, 3 + oc.MAXRANK), np.int64),
-                                   np.zeros(0, np.int64), np.zeros(0, np.int64), False, READS_ALL)),
-             ("derivative_plan", lambda: derivative_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
-                                                         np.zeros(0, np.int64), np.zeros(0, np.int64))),
-             ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),
-                                                           np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 2,
-                                                           np.zeros(0, np.int64), -1)),
-             ("per_example_plan", lambda: per_example_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
-                                                           np.zeros(0, np.int64), np.zeros(0, np.int64), 1)),
-             ("reverse_flags", lambda: reverse_flags(np.zeros((0, oc.W), np.int64), 0, 1)),
-             ("planned_temps", lambda: planned_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64))),
-             ("per_example_temps", lambda: per_example_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64),
-                                                             np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 1))]
-    for dtype in (np.float32, np.float64):
-        name = np.dtype(dtype).name
-        steps.append((f"forward_sweep[{name}]", lambda d=dtype: forward_sweep(*_empty_program(d), np.zeros(0, d))))
-        steps.append((f"replay_sweep[{name}]", lambda d=dtype: replay_sweep(
+    per_dtype = [_dtype_steps(dtype) for dtype in (np.float32, np.float64)]
+    return [step for pair in zip(*per_dtype) for step in pair] + _planning_steps()
+
+
+def _dtype_steps(dtype):
+    """The steps compiling the sweeps, optimizer updates and eager loops of one dtype, longest first."""
+    name = np.dtype(dtype).name
+    d = dtype
+    return [
+        (f"replay_sweep[{name}]", lambda: replay_sweep(
             *_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 4), np.int64),
             np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
             np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d), np.zeros(0, np.int64),
-            np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64))))
-        steps.append((f"reverse_sweep[{name}]",
-                      lambda d=dtype: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
-                                                    np.zeros(0, np.int64), np.zeros(0, d))))
-        steps.append((f"per_example_sweep[{name}]", lambda d=dtype: per_example_sweep(
-            np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
-            np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64), np.zeros(0, d))))
-        steps.append((f"tangent_sweep[{name}]",
-                      lambda d=dtype: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
-                                                  -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d))))
-        steps.append((f"second_order_sweep[{name}]", lambda d=dtype: second_order_sweep(
+            np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64))),
+        (f"forward_sweep[{name}]", lambda: forward_sweep(*_empty_program(d), np.zeros(0, d))),
+        (f"reverse_sweep[{name}]", lambda: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
+                                                          np.zeros(0, np.int64), np.zeros(0, d))),
+        (f"tangent_sweep[{name}]", lambda: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
+                                                          -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d))),
+        (f"second_order_sweep[{name}]", lambda: second_order_sweep(
             *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
-            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d))))
-        steps.append((f"optimizers[{name}]", lambda d=dtype: _optimizer_steps(d)))
-        steps.append((f"eager[{name}]", lambda d=dtype: _eager_steps(d)))
-    return steps
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d))),
+        (f"per_example_sweep[{name}]", lambda: per_example_sweep(
+            np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
+            np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64), np.zeros(0, d))),
+        (f"eager[{name}]", lambda: _eager_steps(d)),
+        (f"optimizers[{name}]", lambda: _optimizer_steps(d)),
+    ]
+
+
+def _planning_steps():
+    """The steps compiling the planners, which take no dtype."""
+    return [("plan", lambda: plan(_read_only(np.zeros((0, 6), np.int64)),
+                                  _read_only(np.zeros((0, 3 + oc.MAXRANK), np.int64)),
+                                  np.zeros(0, np.int64), np.zeros(0, np.int64), False, READS_ALL)),
+            ("derivative_plan", lambda: derivative_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
+                                                        np.zeros(0, np.int64), np.zeros(0, np.int64))),
+            ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),
+                                                          np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 2,
+                                                          np.zeros(0, np.int64), -1)),
+            ("per_example_plan", lambda: per_example_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
+                                                          np.zeros(0, np.int64), np.zeros(0, np.int64), 1)),
+            ("reverse_flags", lambda: reverse_flags(np.zeros((0, oc.W), np.int64), 0, 1)),
+            ("planned_temps", lambda: planned_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64))),
+            ("per_example_temps", lambda: per_example_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64),
+                                                            np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 1))]
+
+
+def run_warmup_step(index):
+    """Compile warmup_steps()[index]: a worker process's task in a parallel `jitape warmup`."""
+    warmup_steps()[index][1]()
