@@ -41,6 +41,7 @@ def first_uses(dtype):
         optimizer.apply_gradients([(tape.gradient(loss, w), w)])
 
 
+print("jitape:", jt.__file__)
 cli.main(["demo"])
 for dtype in ("float32", "float64"):
     first_uses(dtype)

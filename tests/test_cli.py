@@ -1,11 +1,13 @@
 """The `jitape` command line: each subcommand in-process, and `python -m jitape` once."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import jitape as jt
 from jitape import cli, demo
 from jitape_kernels import cpu
 
@@ -46,9 +48,13 @@ def test_warmup_compiles_in_worker_processes_every_kernel_a_first_run_calls(caps
         assert f"compiled {name}\n" in captured.err
     # a signature the warmup compiles but no caller passes (plan's rows were writable, a tape's are read-only
     # views of its bytes) leaves the first gradient after it to compile for seconds
-    first_uses = subprocess.run([sys.executable, str(Path(__file__).with_name("first_uses.py"))],
-                                capture_output=True, text=True, check=True).stdout
-    assert [line for line in first_uses.splitlines() if line.startswith("missed:")] == []
+    # in the jitape this process imported (a checkout on sys.path or the installed package: its kernels' files
+    # name their cache entries)
+    environment = dict(os.environ, PYTHONPATH=str(Path(jt.__file__).parents[1]))
+    first_uses = subprocess.run([sys.executable, str(Path(__file__).with_name("first_uses.py"))], env=environment,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+    assert first_uses[0] == f"jitape: {jt.__file__}"
+    assert [line for line in first_uses if line.startswith("missed:")] == []
 
 
 def test_warmup_on_one_core_compiles_in_its_own_process(capsys, monkeypatch):
