@@ -614,22 +614,28 @@ def _overwrite(value, arena, start, stop):
 
 def _compacted_attributes(code, iattr, fattr):
     """The attribute pools holding only the blocks of `code`'s instructions (whose ATTR column is rewritten):
-    a trace's pools also hold the blocks of the rows its Program does not keep."""
-    blocks, floats = [], []
-    n_int = n_float = 0
-    for r in np.flatnonzero(code[:, oc.ATTR] >= 0).tolist():
-        op, start = int(code[r, oc.OP]), int(code[r, oc.ATTR])
-        block = iattr[start:start + oc.attribute_length(op, iattr, start)].copy()
-        count = oc.FLOAT_COUNT[op]
-        if count:       # a fattr index: its floats move along
-            floats.append(fattr[block[0]:block[0] + count])
-            block[0] = n_float
-            n_float += count
-        code[r, oc.ATTR] = n_int
-        blocks.append(block)
-        n_int += block.size
-    return (np.concatenate(blocks) if blocks else np.zeros(0, np.int64),
-            np.concatenate(floats) if floats else np.zeros(0, np.float64))
+    a trace's pools also hold the blocks of the rows its Program does not keep. Gathered at once, not block by
+    block (a thousand blocks of a W1 trace took 2 ms)."""
+    rows = np.flatnonzero(code[:, oc.ATTR] >= 0)
+    ops, starts = code[rows, oc.OP], code[rows, oc.ATTR]
+    lengths = _FIXED_ATTRIBUTE_LENGTH[ops]
+    for i in np.flatnonzero(lengths < 0).tolist():
+        lengths[i] = oc.attribute_length(int(ops[i]), iattr, int(starts[i]))
+    new_starts = np.cumsum(lengths) - lengths
+    compacted = iattr[np.repeat(starts - new_starts, lengths) + np.arange(int(lengths.sum()))]
+    # a block with floats leads with their fattr index: its floats move along
+    counts = _FLOAT_COUNT[ops]
+    with_floats = new_starts[counts > 0]
+    counts = counts[counts > 0]
+    float_starts = np.cumsum(counts) - counts
+    floats = fattr[np.repeat(compacted[with_floats] - float_starts, counts) + np.arange(int(counts.sum()))]
+    compacted[with_floats] = float_starts
+    code[rows, oc.ATTR] = new_starts
+    return compacted, floats
+
+
+_FIXED_ATTRIBUTE_LENGTH = np.array(oc.FIXED_ATTRIBUTE_LENGTH, np.int64)
+_FLOAT_COUNT = np.array(oc.FLOAT_COUNT, np.int64)
 
 
 class Function:

@@ -192,6 +192,8 @@ def reverse_groups(step_code, steps, slots, moves):
     n_scratch = 0
     for s in range(steps.shape[0]):
         lo, hi = int(steps[s, 1]), int(steps[s, 2])
+        if not group_size[lo:hi].any():     # no group (a scalar chain's step): no writers to list row by row
+            continue
         rows = step_code[lo:hi]
         # the rows (of this step) that write each slot's cotangent: a reader of the slot whose input is active
         writers = {}

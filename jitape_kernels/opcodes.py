@@ -113,6 +113,9 @@ ARITY = tuple(row[2] for row in TABLE)
 ATTRIBUTES = tuple(row[3] for row in TABLE)
 # per opcode, how many fattr entries the "f" index of its block points at (0: none; CLIP's lo and hi: 2)
 FLOAT_COUNT = tuple((2 if row[0] == "clip" else 1) if row[3] == _F else 0 for row in TABLE)
+# per opcode, the length of its iattr block where no field sets it (-1: a rank or count field does, see
+# attribute_length)
+FIXED_ATTRIBUTE_LENGTH = tuple(-1 if any("[" in field for field in fields) else len(fields) for fields in ATTRIBUTES)
 
 # What each opcode's first-order derivative rule (the reverse kernels, and forward mode's tangent kernels) reads
 # of the recorded values, as bits: READ_IN0/1/2 an input's value, READ_OUT the output's. A derivative of
