@@ -24,7 +24,7 @@ from pathlib import Path
 
 import llvmlite.binding as ll
 import numba
-from numba.core import caching, codegen, compiler
+from numba.core import caching, codegen, compiler, types
 
 _HERE = Path(__file__).resolve().parent
 
@@ -192,11 +192,25 @@ class _KernelCache(caching.FunctionCache):
                                             self._impl.locator.get_source_stamp())
 
 
+def _without_literals(dispatcher):
+    """Make a kernel called from another compile for its arguments' types, never their constant values: numba
+    compiles a callee once per literal a call site passes (gemm(..., True, ..., False, ...) and gemm(..., False,
+    ..., True, ...) were two compiles of one kernel; 93 of the 330 signatures a warmup cached)."""
+    template = dispatcher.get_call_template
+
+    def get_call_template(args, kws):
+        return template(tuple(types.unliteral(a) for a in args), {k: types.unliteral(v) for k, v in kws.items()})
+    dispatcher.get_call_template = get_call_template
+
+
 def njit(**options):
-    """numba.njit for this package's kernels: with cache=True, cached through _KernelCache."""
+    """numba.njit for this package's kernels: with cache=True, cached through _KernelCache; compiled for the
+    types of the arguments a compiled caller passes, not their values (_without_literals)."""
     def decorate(py_func):
         dispatcher = numba.njit(**options)(py_func)
-        if options.get("cache") and hasattr(dispatcher, "_cache"):     # not with NUMBA_DISABLE_JIT
+        if hasattr(dispatcher, "get_call_template"):      # not with NUMBA_DISABLE_JIT
+            _without_literals(dispatcher)
+        if options.get("cache") and hasattr(dispatcher, "_cache"):
             dispatcher._cache = _KernelCache(py_func)
         return dispatcher
     return decorate

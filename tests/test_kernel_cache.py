@@ -157,3 +157,17 @@ for dtype in (np.float32, np.float64):
 print(sum(sgd_momentum_step.stats.cache_hits.values()), sum(sgd_momentum_step.stats.cache_misses.values()))
 """
     assert _run(load_both, JITAPE_CACHE_DIR=str(tmp_path)).splitlines() == ["float32 0.5", "float64 0.5", "2 0"]
+
+
+def test_a_kernel_called_with_constants_from_compiled_code_compiles_once_for_their_types():
+    # numba compiled a callee once per literal a call site passed (93 of a warmup's 330 signatures)
+    @jitape_kernels.njit()
+    def scaled(x, twice, offset):
+        return x * 2.0 + offset if twice else x + offset
+
+    @jitape_kernels.njit()
+    def caller(x):
+        return scaled(x, True, 1) + scaled(x, False, 2) + scaled(x, True, 3)
+
+    assert caller(1.0) == 3.0 + 3.0 + 5.0
+    assert [str(s) for s in scaled.signatures] == ["(float64, bool, int64)"]
