@@ -63,8 +63,8 @@ def warmup_steps():
     numba compiles a whole function per argument-type signature, so an empty
     Program of each dtype compiles every kernel the interpreter can reach. The
     longest steps come first, the two dtypes' side by side, so that a parallel
-    warmup starts them at once (the replay sweep, ~85 s cold on one core, takes
-    the forward and reverse kernels with it; the planning steps take ~13 s in all).
+    warmup starts them at once (the replay sweep, the longest, compiles the
+    forward and reverse kernels it calls; the planning steps are the shortest).
     """
     per_dtype = [_dtype_steps(dtype) for dtype in (np.float32, np.float64)]
     return [step for pair in zip(*per_dtype) for step in pair] + _planning_steps()
