@@ -24,6 +24,7 @@ from pathlib import Path
 
 import llvmlite.binding as ll
 import numba
+from numba import typeof
 from numba.core import caching, codegen, compiler, types
 
 _HERE = Path(__file__).resolve().parent
@@ -195,11 +196,14 @@ class _KernelCache(caching.FunctionCache):
 def _without_literals(dispatcher):
     """Make a kernel called from another compile for its arguments' types, never their constant values: numba
     compiles a callee once per literal a call site passes (gemm(..., True, ..., False, ...) and gemm(..., False,
-    ..., True, ...) were two compiles of one kernel; 93 of the 330 signatures a warmup cached)."""
+    ..., True, ...) were two compiles of one kernel; 93 of the 330 signatures a warmup cached), and once more
+    for a call that leaves an argument to its default (typed `omitted`; the call passes the default's value)."""
     template = dispatcher.get_call_template
 
     def get_call_template(args, kws):
-        return template(tuple(types.unliteral(a) for a in args), {k: types.unliteral(v) for k, v in kws.items()})
+        _, args = dispatcher._compiler.fold_argument_types(args, kws)
+        return template(tuple(types.unliteral(typeof(a.value) if isinstance(a, types.Omitted) else a) for a in args),
+                        {})
     dispatcher.get_call_template = get_call_template
 
 
