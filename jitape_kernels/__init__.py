@@ -189,8 +189,13 @@ class _KernelCache(caching.FunctionCache):
 
     def __init__(self, py_func):
         super().__init__(py_func)
-        self._cache_file = _KernelCacheFile(self._cache_path, self._impl.filename_base,
-                                            self._impl.locator.get_source_stamp())
+        if _MERGED_SAVES:
+            self._cache_file = _KernelCacheFile(self._cache_path, self._impl.filename_base,
+                                                self._impl.locator.get_source_stamp())
+
+
+# the numba internals _KernelCacheFile.save uses (a numba without them keeps its own cache file)
+_MERGED_SAVES = all(hasattr(caching.IndexDataCacheFile, name) for name in ("_save_data", "_load_index", "_save_index"))
 
 
 def _without_literals(dispatcher):
@@ -212,7 +217,8 @@ def njit(**options):
     types of the arguments a compiled caller passes, not their values (_without_literals)."""
     def decorate(py_func):
         dispatcher = numba.njit(**options)(py_func)
-        if hasattr(dispatcher, "get_call_template"):      # not with NUMBA_DISABLE_JIT
+        # not with NUMBA_DISABLE_JIT, nor with a numba whose dispatchers fold arguments otherwise
+        if hasattr(getattr(dispatcher, "_compiler", None), "fold_argument_types"):
             _without_literals(dispatcher)
         if options.get("cache") and hasattr(dispatcher, "_cache"):
             dispatcher._cache = _KernelCache(py_func)
