@@ -20,6 +20,17 @@ def _softmax(x, axis):
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def _nested(f, x):
+    """(a persistent outer tape watching x, f(x), and f's gradient at x recorded on that tape: its Python VJPs)."""
+    with jt.GradientTape(persistent=True) as outer:
+        outer.watch(x)
+        with jt.GradientTape() as inner:
+            inner.watch(x)
+            value = f(x)
+        gradient = inner.gradient(value, x)
+    return outer, value, gradient
+
+
 def _rows(axis, n, rng, offset=0.0):
     """(3, n) or (n, 3) entries around `offset`, reduced along n (axis 1: contiguous rows; axis 0: across rows)."""
     shape = (3, n) if axis == 1 else (n, 3)
@@ -90,12 +101,7 @@ def test_logsumexp_hessians_far_from_0_by_second_order_sweeps_and_the_recorded_v
     def loss(v):
         return jt.reduce_sum(jt.reduce_logsumexp(v, axis=axis))
 
-    with jt.GradientTape(persistent=True) as outer:
-        outer.watch(x)
-        with jt.GradientTape() as inner:
-            inner.watch(x)
-            value = loss(x)
-        gradient = inner.gradient(value, x)
+    outer, value, gradient = _nested(loss, x)
     np.testing.assert_allclose(outer.jacobian(gradient, x).numpy(), expected, atol=1e-15)
     np.testing.assert_allclose(outer.hessian(value, x).numpy(), expected, atol=1e-15)
     np.testing.assert_allclose(jt.hessian(loss)(x).numpy(), expected, atol=1e-15)
@@ -206,12 +212,7 @@ def test_tied_extrema_share_the_cotangent_with_the_compiled_sweep_s_bits_on_the_
     compiled = tape.gradient(y, x).numpy()
 
     def recorded_gradient(x):
-        with jt.GradientTape() as outer:
-            outer.watch(x)
-            with jt.GradientTape() as inner:
-                inner.watch(x)
-                y = loss(x)
-            return inner.gradient(y, x)
+        return _nested(loss, x)[2]
 
     replayed = jt.function(recorded_gradient)
     for g in (recorded_gradient(x), replayed(x), replayed(x)):
@@ -243,12 +244,7 @@ def test_tied_extrema_share_the_cotangent_with_the_compiled_sweep_s_bits_on_the_
     flat = hit.reshape(6, -1).astype(np.float64)
     expected = np.einsum("r,ri,rj->ij", 2 * w0[:6].astype(np.float64) / 9, flat, flat)
     squares = lambda v: jt.reduce_sum(weights[:6] * jt.square(reduce(v, axis=axis)))      # noqa: E731
-    with jt.GradientTape(persistent=True) as tape:
-        tape.watch(finite)
-        with jt.GradientTape() as inner:
-            inner.watch(finite)
-            value = squares(finite)
-        gradient = inner.gradient(value, finite)
+    tape, _, gradient = _nested(squares, finite)
     with jt.GradientTape(persistent=True) as flat_tape:
         flat_tape.watch(finite)
         flat_value = squares(finite)
