@@ -20,6 +20,7 @@ name of its own and merges the index entries that name them.
 import contextlib
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 import llvmlite.binding as ll
@@ -49,12 +50,11 @@ def _default_cache_base() -> Path:
 def _writable_dir(candidate: Path) -> Path:
     try:
         candidate.mkdir(parents=True, exist_ok=True)
-        probe = candidate / ".write-probe"
-        probe.touch()
-        probe.unlink()
+        # a probe of this process's own: processes importing at once removed each other's shared one, and
+        # one of them fell back to the temp dir's cache
+        tempfile.TemporaryFile(dir=candidate).close()
         return candidate
     except OSError:
-        import tempfile
         fallback = Path(tempfile.gettempdir()) / f"jitape-{os.getuid()}" / candidate.name
         fallback.mkdir(parents=True, exist_ok=True)
         return fallback
