@@ -21,9 +21,14 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def replay(self, code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused,
-               places, scratch, temps):
-        """A replay's forward sweep (fused groups block by block) and gradient steps in program order, then its
-        guards: whether they hold (see jitape_kernels.cpu.interpreter.replay_sweep)."""
+               places, scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args):
+        """A replay's forward sweep (fused groups by their generated kernels, else block by block) and gradient
+        steps in program order, then its guards: whether they hold (see jitape_kernels.cpu.interpreter.replay_sweep)."""
+
+    @abc.abstractmethod
+    def group_kernels(self, code, slots, iattr, fused, places, dtype):
+        """The kernels of a run layout's fused groups as replay() takes them (its last two arrays: `table` and
+        `args`), each compiled when `compile()` is called (see jitape_kernels.cpu.fusion.GroupKernels)."""
 
     @abc.abstractmethod
     def replay_temps(self, code, step_code, iattr, columns, dtype):
@@ -92,6 +97,9 @@ class CPU(Backend):
         # the compiled code for exactly these arrays' types, bound to them: a call skips the dispatcher's
         # typing of fourteen arguments (~2 us of a ~6 us small replay)
         return functools.partial(_compiled_for(self._kernels.replay_sweep, arrays), *arrays)
+
+    def group_kernels(self, code, slots, iattr, fused, places, dtype):
+        return self._kernels.GroupKernels(code, slots, iattr, fused, places, dtype)
 
     def replay_temps(self, code, step_code, iattr, columns, dtype):
         return self._kernels.new_temps(np.concatenate([code, step_code]), iattr, columns, dtype)

@@ -322,6 +322,7 @@ class Concrete:
         self._single_output = not isinstance(self.structure, (list, tuple, dict))
         self._holds = self.variables_hold if self.variable_guards else None
         self._replayers = {}    # backend name (or (name, purpose): see bind_gradient) -> a replay bound to arrays
+        self._pending_kernels = []      # the fused groups' kernels to compile (see _group_kernels)
         self._gradient_rows = {}    # purpose -> (its adjoint buffer, (adjoint row, size, dtype) per source)
         self._gradient_reads = {}   # purpose -> per source, the function of the buffer giving its gradient
         self._bindings = {}         # purpose -> (backend, its replay's arrays, the adjoint's place None)
@@ -358,6 +359,8 @@ class Concrete:
         if self._holds is not None and not self._holds():
             return False
         self.runs += 1
+        if self._pending_kernels:
+            self._compile_kernels_when_due()
         arena = self.arena
         last_args = self._last_args
         for k, (i, start, stop, scalar) in enumerate(self._arg_spans) if last_args else ():
@@ -401,12 +404,29 @@ class Concrete:
     def replayer(self, backend_name=None):
         """The replay of this variant's arrays on a backend (default jt.config.backend's), bound once."""
         device = backends.current(backend_name)
+        kernels = self._group_kernels(device, self._run_code, self._fused, self._places)
         replay = self._replayers[device.name] = device.bind_replay(
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
             self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch,
             device.replay_temps(self._run_code, self._step_code, self.iattr, 1, self.dtype), self._step_groups,
-            self._step_places, self._scalars, self._step_scalars)
+            self._step_places, self._scalars, self._step_scalars, kernels.table, kernels.args)
         return replay
+
+    def _group_kernels(self, device, run_code, fused, places):
+        """The generated kernels of a layout's fused groups on `device`, compiled by run() once this variant has
+        run jt.config.fused_kernel_runs times (at once where it has)."""
+        kernels = device.group_kernels(run_code, self.slots, self.iattr, fused, places, self.dtype)
+        if kernels.pending:
+            self._pending_kernels.append(kernels)
+            self._compile_kernels_when_due()
+        return kernels
+
+    def _compile_kernels_when_due(self):
+        due = config.fused_kernel_runs
+        if due is not None and self.runs >= due:
+            for kernels in self._pending_kernels:
+                kernels.compile()
+            self._pending_kernels = []
 
     def bound(self, purpose, backend_name=None):
         """Whether run(..., purpose) takes `purpose`'s gradient in its call (see bind_gradient)."""
@@ -441,12 +461,14 @@ class Concrete:
         if columns == 1:
             run_code, step_code, n_stash = logsumexp_stashes(run_code, step_code, self.slots)
         scratch = np.empty(max(n_scratch, n_reverse) * BLOCK + n_stash, self.dtype)
+        kernels = self._group_kernels(device, run_code, fused, places)
         self._bindings[purpose] = (device, [run_code, self.slots, self.iattr, self.fattr, self.arena, steps,
                                             step_code, moves, None, self._guards, self._expected, fused, places,
                                             scratch, device.replay_temps(run_code, step_code, self.iattr,
                                                                          columns, self.dtype), step_groups,
                                             step_places, self._scalars,
-                                            scalar_runs(step_code, self.slots, steps=steps)])
+                                            scalar_runs(step_code, self.slots, steps=steps), kernels.table,
+                                            kernels.args])
         # a new buffer no local name holds: _bind counts its references
         self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                                   for row, s, dtype in zip(rows, sources, dtypes)])

@@ -74,7 +74,8 @@ class _KernelCacheLocator(caching.UserProvidedCacheLocator):
 
     @classmethod
     def from_function(cls, py_func, py_file):
-        if not Path(py_file).resolve().is_relative_to(_HERE):
+        # the package's files, and the generated kernels' (jitape_kernels.cpu.fusion) in the cache directory
+        if not any(Path(py_file).resolve().is_relative_to(d) for d in (_HERE, _CACHE_DIR.resolve())):
             return None
         return super(caching.UserProvidedCacheLocator, cls).from_function(py_func, py_file)
 

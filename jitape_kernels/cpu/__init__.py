@@ -9,10 +9,11 @@ from ..layout import SC_FLAGS
 from ..planning import READS_ALL, derivative_plan, plan, reverse_flags
 from .interpreter import forward_sweep, planned_temps, replay_sweep, reverse_sweep
 from .elementwise import strided_arithmetic
+from .fusion import KERNEL_COLUMNS, GroupKernels
 from .optimizers import adam_step, sgd_momentum_step
 from .reduction import short_row_sums
 
-__all__ = ["derivative_plan", "first_row_mixing", "forward_sweep", "new_temps", "per_example_plan",
+__all__ = ["GroupKernels", "derivative_plan", "first_row_mixing", "forward_sweep", "new_temps", "per_example_plan",
            "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_sweep", "reverse_sweep",
            "run_warmup_step", "second_order_sweep", "tangent_sweep", "warmup_steps"]
 
@@ -79,7 +80,8 @@ def _dtype_steps(dtype):
             *_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 4), np.int64),
             np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
             np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d), np.zeros(0, np.int64),
-            np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64))),
+            np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64),
+            np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64))),
         (f"forward_sweep[{name}]", lambda: forward_sweep(*_empty_program(d), np.zeros(0, d))),
         (f"reverse_sweep[{name}]", lambda: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
                                                           np.zeros(0, np.int64), np.zeros(0, d))),

@@ -14,6 +14,7 @@ import numpy as np
 from .. import njit, opcodes as oc
 from ..layout import (BLOCK, SC_ATTR, SC_FLAGS, SC_IN0, SC_IN0_ADJ, SC_IN0_OFF, SC_IN1, SC_IN1_ADJ, SC_IN1_OFF, SC_OP,
                       SC_OUT_ADJ, SC_OUT_OFF, SC_RUN)
+from .fusion import KERNEL_ADDRESS, KERNEL_ARG_COUNT, KERNEL_ARGS, KERNEL_INNER, KERNEL_OUTER, call_kernel
 from .elementwise import (_put, binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
@@ -197,18 +198,25 @@ def _scalar_run_forward(scalars, r0, r1, iattr, fattr, arena):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch, work, temps, scalars):
+def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch, work, temps, scalars, kernels,
+                  kernel_args):
     """forward_sweep over rows r0..r1-1, running the fused groups that `fused` marks (fused[r] > r: rows
-    r..fused[r]-1) block by block and the scalar runs that `scalars` marks (layout.scalar_runs) from their compact
-    rows."""
+    r..fused[r]-1) by their generated kernels where `kernels` has one (cpu.fusion), else block by block, and the
+    scalar runs that `scalars` marks (layout.scalar_runs) from their compact rows."""
     code, slots, iattr, fattr, arena, fused, places, scratch, scalars = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(fused),
         unowned(places), unowned(scratch), unowned(scalars))
     r = r0
     while r < r1:
         if fused[r] > r:
-            fused_forward(code, r, fused[r], slots, iattr, fattr, arena, places, scratch,
-                          slots[code[r, oc.OUT], oc.SIZE], work)
+            if kernels[r, KERNEL_ADDRESS] != 0:
+                start = kernels[r, KERNEL_ARGS]
+                call_kernel(kernels[r, KERNEL_ADDRESS], arena, iattr, fattr,
+                            kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]], kernels[r, KERNEL_OUTER],
+                            kernels[r, KERNEL_INNER])
+            else:
+                fused_forward(code, r, fused[r], slots, iattr, fattr, arena, places, scratch,
+                              slots[code[r, oc.OUT], oc.SIZE], work)
             r = fused[r]
             continue
         if scalars[r, SC_RUN] > r:
@@ -687,7 +695,7 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
 
 @njit(cache=True, error_model="numpy")
 def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
-                 scratch, temps, step_groups, step_places, scalars, step_scalars):
+                 scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args):
     """A whole replay in one call: forward segments of `code`, each but the last ending at a gradient step,
     then the guard checks; True when every guard holds.
 
@@ -706,13 +714,15 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                      whose scratch buffers are `scratch`'s too
     scalars, step_scalars   the compact rows of code's and step_code's scalar runs (layout.scalar_runs; the
                      reverse's with K = 1 only)
+    kernels, kernel_args    the generated kernels of the fused groups (cpu.fusion.GroupKernels; addresses 0:
+                     none)
     """
     written = np.zeros(slots.shape[0], np.bool_)
     work = new_work()
     start = 0
     for s in range(steps.shape[0]):
         _forward_rows(code, start, steps[s, 0], slots, iattr, fattr, arena, fused, places, scratch, work, temps,
-                      scalars)
+                      scalars, kernels, kernel_args)
         written[:] = False
         seed = steps[s, 3]
         if seed >= 0:
@@ -737,7 +747,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                 arena[offset + i] = adjoint[row + i, 0] if row >= 0 and written[source] else 0
         start = steps[s, 0]
     _forward_rows(code, start, code.shape[0], slots, iattr, fattr, arena, fused, places, scratch, work, temps,
-                  scalars)
+                  scalars, kernels, kernel_args)
     for g in range(guards.shape[0]):
         offset, size, e = guards[g, 0], guards[g, 1], guards[g, 2]
         for i in range(size):

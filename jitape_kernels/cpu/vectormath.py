@@ -171,3 +171,26 @@ def tanh_array(x, out):
 def sigmoid_array(x, out):
     for i in range(x.size):
         out[i] = sigmoid_value(x[i])
+
+
+# One entry each, as the loops above compute it, for the generated kernels of fused groups (cpu.fusion). Not
+# inlined by numba (its inlining would lower their bodies with the caller's flags, without the fused multiply-adds
+# the loops above make); LLVM inlines them with their own flags.
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def log_entry(x):
+    return log_value(x)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def exp_entry(x):
+    return exp_value(x)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def tanh_entry(x):
+    return tanh_value(x)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def sigmoid_entry(x):
+    return sigmoid_value(x)

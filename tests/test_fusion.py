@@ -1,0 +1,201 @@
+"""The generated kernels of fused groups (jitape_kernels.cpu.fusion): every elementwise op and every broadcast a
+group holds gives the block-by-block run's bits, in plain replays, bound gradients and in-place variable updates;
+groups compile at the configured run, and broadcasts that do not fit one loop nest keep the block path."""
+import numpy as np
+import pytest
+
+import jitape as jt
+from jitape.replay import Function
+from jitape_kernels import opcodes as oc
+from jitape_kernels.cpu import fusion
+from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
+
+from .test_layout import BROADCASTS, _only_variant
+
+N = FUSE_MIN_SIZE + BLOCK + 3
+
+
+@pytest.fixture
+def kernels_at():
+    """Yields a setter for jt.config.fused_kernel_runs; restores it after."""
+    old = jt.config.fused_kernel_runs
+
+    def set_runs(runs):
+        jt.config.fused_kernel_runs = runs
+
+    try:
+        yield set_runs
+    finally:
+        jt.config.fused_kernel_runs = old
+
+
+def _every_elementwise_op(x, y, c):
+    """One value per elementwise opcode a fused group can hold, all of one group (x, y: the group's size; c: a
+    broadcast column)."""
+    u = x * 0.75 + c            # a column broadcast into the group
+    unary = [-u, jt.square(u), jt.sqrt(u), jt.exp(u), jt.math.log(u), jt.math.log1p(u), jt.sin(u), jt.cos(u),
+             jt.tan(u), jt.tanh(u), jt.abs(u), jt.sign(u), jt.sigmoid(u), jt.nn.relu(u), jt.nn.softplus(u),
+             jt.sinh(u), jt.cosh(u), jt.asinh(u), jt.acosh(u), jt.atanh(u), jt.asin(u), jt.acos(u), jt.atan(u),
+             jt.math.expm1(u), jt.math.erf(u), jt.math.erfc(u), jt.math.lgamma(u), jt.math.digamma(u),
+             jt.math.polygamma(1.0, u), jt.nn.elu(u, 0.7), jt.clip_by_value(u, -0.5, 0.7), u ** 3.0]
+    binary = [u + y, u - y, u * y, u / y, jt.pow(jt.abs(u), y), jt.maximum(u, y), jt.minimum(u, y),
+              jt.math.atan2(u, y)]
+    compares = [u > y, u >= y, u < y, u <= y, jt.equal(u, jt.round(y)), jt.not_equal(u, y)]
+    compares = [jt.cast(v, u.dtype) for v in compares]
+    return unary + binary + compares + [jt.where(u > y, u, y)]
+
+
+# the opcode of each of _every_elementwise_op's values
+OPS = [oc.NEG, oc.SQUARE, oc.SQRT, oc.EXP, oc.LOG, oc.LOG1P, oc.SIN, oc.COS, oc.TAN, oc.TANH, oc.ABS, oc.SIGN,
+       oc.SIGMOID, oc.RELU, oc.SOFTPLUS, oc.SINH, oc.COSH, oc.ASINH, oc.ACOSH, oc.ATANH, oc.ASIN, oc.ACOS, oc.ATAN,
+       oc.EXPM1, oc.ERF, oc.ERFC, oc.LGAMMA, oc.DIGAMMA, oc.POLYGAMMA, oc.ELU, oc.CLIP, oc.POWC, oc.ADD, oc.SUB,
+       oc.MUL, oc.DIV, oc.POW, oc.MAXIMUM, oc.MINIMUM, oc.ATAN2, oc.GREATER, oc.GREATER_EQUAL, oc.LESS,
+       oc.LESS_EQUAL, oc.EQUAL, oc.NOT_EQUAL, oc.WHERE]
+# vectormath's rules, whose fused multiply-adds LLVM places per loop: a generated kernel's values of them are
+# the block path's within one unit in the last place
+VECTORMATH = {oc.EXP, oc.LOG, oc.TANH, oc.SIGMOID}
+
+
+def _opcodes_in_generated_groups(concrete, table, fused):
+    ops = set()
+    for r0 in np.flatnonzero(table[:, fusion.KERNEL_ADDRESS]).tolist():
+        ops.update(concrete._run_code[r0:fused[r0], oc.OP].tolist())
+    return ops
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_elementwise_op_in_a_generated_kernel_gives_the_block_path_s_bits(kernels_at, dtype):
+    """Bit for bit but for vectormath's rules (VECTORMATH: within one unit in the last place)."""
+    rng = np.random.default_rng(7)
+    x = jt.constant(rng.uniform(-1.5, 1.5, (N // 8, 8)).astype(dtype))
+    y = jt.constant(rng.uniform(0.25, 2.0, (N // 8, 8)).astype(dtype))
+    c = jt.constant(rng.uniform(-0.5, 0.5, (N // 8, 1)).astype(dtype))
+    kernels_at(None)
+    blocks = jt.function(_every_elementwise_op)
+    blocks(x, y, c)         # the trace (eager values)
+    expected = [v.numpy() for v in blocks(x, y, c)]
+    kernels_at(1)
+    generated = jt.function(_every_elementwise_op)
+    generated(x, y, c)      # the trace
+    for got, want, op in zip(generated(x, y, c), expected, OPS):
+        assert got.dtype == want.dtype
+        if op in VECTORMATH:
+            np.testing.assert_array_max_ulp(got.numpy(), want, maxulp=1)
+        else:
+            np.testing.assert_array_equal(got.numpy(), want, err_msg=oc.NAMES[op])
+    concrete = _only_variant(generated)
+    bound = concrete._replayers["cpu"].args
+    table, fused = bound[-2], concrete._fused
+    covered = _opcodes_in_generated_groups(concrete, table, fused)
+    # every elementwise opcode but the copies, which the run layout elides
+    wanted = set(range(oc.WHERE + 1)) - {oc.COPY, oc.STOP_GRADIENT}
+    assert wanted - covered == set()
+
+
+@pytest.mark.parametrize("shape,small", BROADCASTS + [((300, 70), (300, 70)), ((70, 300), (1, 1))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_broadcasts_in_generated_kernels_give_the_block_path_s_bits(kernels_at, shape, small, dtype):
+    """Columns, rows, fills and copies fit one loop nest; an input repeated along two runs of axes (a middle
+    axis) keeps the block path, as does a group whose broadcasts need two nests."""
+    rng = np.random.default_rng(len(shape))
+    x = jt.constant(rng.normal(size=shape).astype(dtype))
+    b = jt.constant(rng.normal(size=small).astype(dtype))
+
+    def f(x, b):
+        return jt.sqrt(jt.abs(x * 0.5 - b)) * (x + b) + b * b
+
+    kernels_at(None)
+    blocks = jt.function(f)
+    blocks(x, b)
+    expected = blocks(x, b).numpy()
+    kernels_at(1)
+    generated = jt.function(f)
+    generated(x, b)
+    np.testing.assert_array_equal(generated(x, b).numpy(), expected)
+    concrete = _only_variant(generated)
+    table = concrete._replayers["cpu"].args[-2]
+    starts = np.flatnonzero(concrete._fused).tolist()
+    assert starts
+    fits = fusion._broadcast_pattern
+    tiles = [r for r in range(len(concrete._run_code)) if concrete._run_code[r, oc.OP] == oc.TILE]
+    patterns = [fits(concrete.iattr, int(concrete._run_code[r, oc.ATTR])) for r in tiles]
+    one_nest = all(p is not None for p in patterns) and len({n for kind, n in patterns if kind in "ij"}) <= 1
+    assert all(table[r, fusion.KERNEL_ADDRESS] != 0 for r in starts) == one_nest
+
+
+def test_a_bound_gradient_s_groups_run_generated_kernels_with_the_block_path_s_gradients(kernels_at):
+    rng = np.random.default_rng(3)
+    x, b = jt.constant(rng.normal(size=(1000, 37))), jt.constant(rng.normal(size=(1, 37)))
+
+    def f(x, b):
+        return jt.reduce_sum(jt.exp((x * 0.5 - b) * 0.1) * (x + b))
+
+    results = []
+    for runs in (None, 1):
+        kernels_at(runs)
+        fn = Function(f, differentiated=True)
+        derivative = jt.grad(fn, argnums=(0, 1))
+        for _ in range(3):
+            got = [g.numpy() for g in derivative(x, b)]
+        results.append(got)
+        (replay,) = [replay for key, replay in _only_variant(fn)._replayers.items() if isinstance(key, tuple)]
+        assert replay.args[-2][:, fusion.KERNEL_ADDRESS].any() == (runs is not None)
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
+    with jt.GradientTape() as tape:
+        tape.watch([x, b])
+        y = f(x, b)
+    for got, want in zip(results[1], tape.gradient(y, [x, b])):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-12)
+
+
+def test_a_variable_updated_in_place_by_a_generated_kernel_takes_the_block_path_s_values(kernels_at):
+    """A training step's update written over the variable's own rows (layout._in_place), entry by entry."""
+    rng = np.random.default_rng(5)
+    values = {}
+    for runs in (None, 1):
+        kernels_at(runs)
+        v = jt.Variable(np.ones(N))
+        m = jt.Variable(np.zeros(N))
+
+        @jt.function
+        def step(g):
+            m.assign(m * 0.9 + g * 0.1)
+            v.assign(v - 0.01 * m / (jt.abs(m) + 1e-3))
+            return jt.reduce_sum(v)
+
+        gradients = np.random.default_rng(9).normal(size=(5, N))
+        totals = [float(step(jt.constant(g))) for g in gradients]
+        values[runs] = (totals, v.numpy(), m.numpy())
+    for got, want in zip(values[1], values[None]):
+        np.testing.assert_array_equal(got, want)
+    del rng
+
+
+def test_groups_compile_at_the_configured_run_and_never_with_none(kernels_at):
+    x = jt.constant(np.linspace(-1, 1, N))
+    kernels_at(3)
+    f = jt.function(lambda x: jt.exp(x * 0.5) + x * x)
+    f(x)        # the trace
+    for replay in range(1, 5):
+        f(x)
+        table = _only_variant(f)._replayers["cpu"].args[-2]
+        assert (table[:, fusion.KERNEL_ADDRESS] != 0).any() == (replay >= 3)
+    kernels_at(None)
+    g = jt.function(lambda x: jt.exp(x * 0.5) + x * x)
+    for _ in range(4):
+        g(x)
+    assert not (_only_variant(g)._replayers["cpu"].args[-2][:, fusion.KERNEL_ADDRESS]).any()
+
+
+def test_a_group_s_kernel_is_generated_once_per_structure_and_dtype(kernels_at):
+    """Two functions whose groups have one structure share one kernel; its source lives in the kernel cache."""
+    kernels_at(1)
+    a = jt.function(lambda x: jt.tanh(x) * x - 1.5)
+    b = jt.function(lambda y: jt.tanh(y) * y - 1.5)
+    x = jt.constant(np.linspace(-2, 2, N))
+    a(x), b(x)      # the traces
+    np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
+    first, second = (_only_variant(f)._replayers["cpu"].args[-2][:, fusion.KERNEL_ADDRESS] for f in (a, b))
+    assert first.any() and np.array_equal(first, second)
+    assert list(fusion._GENERATED_DIR.glob("group_*.py"))
