@@ -116,11 +116,10 @@ def test_broadcasts_in_generated_kernels_give_the_block_path_s_bits(kernels_at, 
     table = concrete._replayers["cpu"].args[-2]
     starts = np.flatnonzero(concrete._fused).tolist()
     assert starts
-    fits = fusion._broadcast_pattern
     tiles = [r for r in range(len(concrete._run_code)) if concrete._run_code[r, oc.OP] == oc.TILE]
-    patterns = [fits(concrete.iattr, int(concrete._run_code[r, oc.ATTR])) for r in tiles]
-    one_nest = all(p is not None for p in patterns) and len({n for kind, n in patterns if kind in "ij"}) <= 1
-    assert all(table[r, fusion.KERNEL_ADDRESS] != 0 for r in starts) == one_nest
+    runs = [fusion._broadcast_runs(concrete.iattr, int(concrete._run_code[r, oc.ATTR])) for r in tiles]
+    nests = fusion.loop_nest(int(np.prod(shape)), runs) is not None
+    assert all(table[r, fusion.KERNEL_ADDRESS] != 0 for r in starts) == nests
 
 
 def test_a_bound_gradient_s_groups_run_generated_kernels_with_the_block_path_s_gradients(kernels_at):

@@ -15,8 +15,10 @@ The rows' rules are elementwise.unary_entry / binary_entry / where_entry, the
 per-entry values the block kernels store, each rounded to the arena's dtype
 as a block would be: a replay gives the same bits from either path.
 
-Groups whose broadcasts do not fit one (outer, inner) loop nest (an input
-repeated along more than one run of axes) keep the block path. A variant's
+A group's loops nest at every boundary between the repeated and the copied
+axes of its broadcasts, so each reads its input at a sum of loop indices times
+strides; groups whose broadcasts do not nest (outputs of one size but other
+shapes) keep the block path. A variant's
 groups are compiled after a few runs (jitape.config.fused_kernel_runs): a
 function called once never waits for a compile.
 """
@@ -36,106 +38,138 @@ from numba.extending import intrinsic
 from .. import _CACHE_DIR, _KernelCache, opcodes as oc
 
 # the kernels' table, per run-code row that starts a generated group: its kernel's address (0: none; the block
-# path), where its arguments start in the argument array and how many, and its loop nest's outer and inner counts
-(KERNEL_ADDRESS, KERNEL_ARGS, KERNEL_ARG_COUNT, KERNEL_OUTER, KERNEL_INNER) = range(5)
-KERNEL_COLUMNS = 5
+# path), where its arguments start in the argument array and how many
+(KERNEL_ADDRESS, KERNEL_ARGS, KERNEL_ARG_COUNT) = range(3)
+KERNEL_COLUMNS = 3
 
 _GENERATED_DIR = _CACHE_DIR / "fused"
 _COMPILED = {}      # source digest -> CFunc, for this process
 
 
 @intrinsic
-def call_kernel(typingctx, address, arena, iattr, fattr, args, outer, inner):
+def call_kernel(typingctx, address, arena, iattr, fattr, args):
     """Call the generated kernel at `address` (a CFunc of kernel_signature) over these arrays' memory."""
     arrays = (arena, iattr, fattr, args)
-    if not (isinstance(address, types.Integer) and all(isinstance(a, types.Array) and a.ndim == 1 for a in arrays)
-            and isinstance(outer, types.Integer) and isinstance(inner, types.Integer)):
+    if not (isinstance(address, types.Integer) and all(isinstance(a, types.Array) and a.ndim == 1 for a in arrays)):
         return None
 
     def codegen(context, builder, signature, llargs):
         values = []
-        for array_type, value in zip(signature.args[1:5], llargs[1:5]):
+        for array_type, value in zip(signature.args[1:], llargs[1:]):
             view = context.make_array(array_type)(context, builder, value=value)
             values += [view.data, cgutils.unpack_tuple(builder, view.shape, 1)[0]]
-        values += [context.cast(builder, llargs[5], signature.args[5], types.int64),
-                   context.cast(builder, llargs[6], signature.args[6], types.int64)]
         function_type = ir.FunctionType(ir.VoidType(), [v.type for v in values])
         target = builder.inttoptr(context.cast(builder, llargs[0], signature.args[0], types.int64),
                                   function_type.as_pointer())
         builder.call(target, values)
         return context.get_dummy_value()
-    return types.none(address, arena, iattr, fattr, args, outer, inner), codegen
+    return types.none(address, arena, iattr, fattr, args), codegen
 
 
 def kernel_signature(dtype):
-    """A generated kernel's C signature: (arena, its size, iattr, size, fattr, size, args, size, outer, inner)."""
+    """A generated kernel's C signature: pointer and size of the arena, iattr, fattr and its arguments."""
     element = types.float64 if np.dtype(dtype) == np.float64 else types.float32
     return types.void(types.CPointer(element), types.int64, types.CPointer(types.int64), types.int64,
-                      types.CPointer(types.float64), types.int64, types.CPointer(types.int64), types.int64,
-                      types.int64, types.int64)
+                      types.CPointer(types.float64), types.int64, types.CPointer(types.int64), types.int64)
 
 
-def _broadcast_pattern(iattr, a):
-    """How TILE a (a broadcast) indexes its input over the entries of its output as an (outer, inner) nest:
-    ("fill", 1) for one entry; ("e", 0) for a copy; ("i", inner) where each outer index repeats one entry (a
-    column), ("j", inner) where each outer index repeats the input (a row); None for anything else."""
+def _broadcast_runs(iattr, a):
+    """TILE a's output axes (a broadcast: every input axis 1 or the output's) merged, outermost first, while all
+    repeat the input or none does: [(repeats, entries)]; [] for one entry."""
     rank = int(iattr[a])
     in_dims, out_dims = iattr[a + 1:a + 1 + rank], iattr[a + 1 + rank:a + 1 + 2 * rank]
-    runs = []       # [repeats, entries] of the output's axes merged while all repeat the input or none does
+    runs = []
     for n_in, n_out in zip(in_dims.tolist(), out_dims.tolist()):
         if n_out == 1:
             continue
         repeats = n_in != n_out
         if runs and runs[-1][0] == repeats:
-            runs[-1][1] *= n_out
+            runs[-1] = (repeats, runs[-1][1] * n_out)
         else:
-            runs.append([repeats, n_out])
-    if not runs or all(r for r, _ in runs):
-        return "fill", 1
-    if len(runs) == 1:
-        return "e", 0
-    if len(runs) == 2:
-        return ("i" if runs[1][0] else "j"), runs[1][1]
-    return None
+            runs.append((repeats, n_out))
+    return runs
+
+
+def loop_nest(size, tile_runs):
+    """The loop nest over a group's `size` entries in which each broadcast reads its input at a sum of loop
+    indices times strides: (spans, repeats), spans the entries one index of each loop spans, innermost first
+    (1, then every boundary between a broadcast's runs), repeats per broadcast whether each loop repeats its
+    input; None where the runs do not nest (broadcasts into outputs of one size but other shapes)."""
+    spans = {1}
+    for runs in tile_runs:
+        inside = 1
+        for _, entries in reversed(runs):
+            spans.add(inside)
+            inside *= entries
+    spans = sorted(spans | {size})[:-1] if size > 1 else [1]
+    bounds = spans + [size]
+    if any(outer % inner for inner, outer in zip(bounds, bounds[1:])):
+        return None
+    repeats = []
+    for runs in tile_runs:
+        per_loop, inside = [], 1
+        for repeated, entries in reversed(runs):
+            per_loop += [repeated] * sum(1 for span in spans if inside <= span < inside * entries)
+            inside *= entries
+        if inside != size:
+            return None
+        repeats.append(per_loop)
+    return spans, repeats
 
 
 def _group_source(run, slots, iattr, places, r0, r1, dtype):
-    """(source, arguments, inner count) of the generated kernel of fused group r0..r1-1, or None where its
-    broadcasts do not fit one loop nest. Its arguments: an arena offset per input read from the arena and per
-    output stored there, and an attribute row per row with parameters."""
+    """(source, arguments) of the generated kernel of fused group r0..r1-1, or None where its broadcasts do not
+    nest (loop_nest). Its arguments: each loop's count, innermost first, then an arena offset per broadcast
+    input, per input read from the arena and per output stored there, and an attribute row per unary row."""
     scalar = "float64" if np.dtype(dtype) == np.float64 else "float32"
     size = int(slots[run[r0, oc.OUT], oc.SIZE])
-    inner = None
-    values = {}         # slot -> the name of its entry's value in the loop
-    setup, outer_body, body, args = [], [], [], []
+    tiles = [r for r in range(r0, r1) if run[r, oc.OP] == oc.TILE]
+    nest = loop_nest(size, [_broadcast_runs(iattr, int(run[r, oc.ATTR])) for r in tiles])
+    if nest is None:
+        return None
+    spans, tile_repeats = nest
+    levels = len(spans)
+    args = [(spans[t + 1] if t + 1 < levels else size) // spans[t] for t in range(levels)]
+    setup = [f"n{t} = args[{t}]" for t in range(levels)]
+    setup.append("size = " + " * ".join(f"n{t}" for t in range(levels)))
+    setup += [f"span{t} = span{t - 1} * n{t - 1}" if t else "span0 = 1" for t in range(levels)]
+    per_index = [[] for _ in range(levels)]     # lines run per index of loop t (t >= 1), inside it
+    before_inner = []       # lines run before each run of the innermost loop
+    body = []               # the innermost loop's lines, per entry j
 
     def argument(value):
         args.append(int(value))
         return f"args[{len(args) - 1}]"
 
+    def entries(view, first):
+        """The entry j of `view`'s run from `first` that one run of the innermost loop reads or writes."""
+        before_inner.append(f"{view}_run = {view}[{first}:{first} + n0]")
+        return f"{view}_run[j]"
+
+    values = {}         # slot -> the expression of its entry's value in the innermost loop
     for k, r in enumerate(range(r0, r1)):
         op = int(run[r, oc.OP])
         name = f"v{k}"
         if op == oc.TILE:
-            pattern = _broadcast_pattern(iattr, int(run[r, oc.ATTR]))
-            if pattern is None:
-                return None
-            kind, count = pattern
-            if kind in ("i", "j"):
-                if inner is not None and inner != count:
-                    return None
-                inner = count
+            repeats = tile_repeats[tiles.index(r)]
             offset = argument(run[r, oc.IN0_OFF])
-            n_in = int(slots[run[r, oc.IN0], oc.SIZE])
-            if kind == "fill":
-                setup.append(f"{name} = arena[{offset}]")
-            elif kind == "i":
-                setup.append(f"x{k} = arena[{offset}:{offset} + {n_in}]")
-                outer_body.append(f"{name} = x{k}[i]")
+            setup.append(f"x{k} = arena[{offset}:{offset} + {int(slots[run[r, oc.IN0], oc.SIZE])}]")
+            # the input's stride per loop that does not repeat it: the entries of the inner ones that do not
+            stride = "1"
+            for t in range(levels):
+                if not repeats[t]:
+                    setup.append(f"s{k}_{t} = {stride}")
+                    stride = f"s{k}_{t} * n{t}"
+            # its position at the start of the innermost loop's runs, loop by loop from the outermost
+            position = "0"
+            for t in range(levels - 1, 0, -1):
+                if not repeats[t]:
+                    per_index[t].append(f"x{k}_at{t} = {position} + i{t} * s{k}_{t}")
+                    position = f"x{k}_at{t}"
+            if repeats[0]:      # one value per run of the innermost loop
+                before_inner.append(f"{name} = x{k}[{position}]")
             else:
-                setup.append(f"x{k} = arena[{offset}:{offset} + {n_in}]")
-                outer_body.append(f"x{k}_row = x{k}[base:base + inner]" if kind == "e" else f"x{k}_row = x{k}")
-                body.append(f"{name} = x{k}_row[j]")
+                body.append(f"{name} = {entries(f'x{k}', position)}")
         else:
             operands = []
             for c, column in ((oc.IN0, oc.IN0_OFF), (oc.IN1, oc.IN1_OFF), (oc.IN2, oc.IN2_OFF)):
@@ -143,11 +177,9 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
                 if slot < 0:
                     break
                 if slot not in values:      # read from the arena, entry by entry
-                    values[slot] = f"a{len(values)}_{k}"
                     offset = argument(run[r, column])
-                    setup.append(f"{values[slot]}_all = arena[{offset}:{offset} + size]")
-                    outer_body.append(f"{values[slot]}_row = {values[slot]}_all[base:base + inner]")
-                    values[slot] = f"{values[slot]}_row[j]"
+                    setup.append(f"a{k}_{c} = arena[{offset}:{offset} + size]")
+                    values[slot] = entries(f"a{k}_{c}", "first")
                 operands.append(values[slot])
             if op <= oc.UNARY_LAST:
                 setup.append(f"p{k}, q{k} = params({op}, iattr, fattr, {argument(run[r, oc.ATTR])})")
@@ -161,11 +193,21 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
         values[int(run[r, oc.OUT])] = name
         if places[r, 0] < 0:        # the arena keeps its value
             offset = argument(run[r, oc.OUT_OFF])
-            setup.append(f"o{k}_all = arena[{offset}:{offset} + size]")
-            outer_body.append(f"o{k}_row = o{k}_all[base:base + inner]")
-            body.append(f"o{k}_row[j] = {name}")
-    inner = size if inner is None else inner
-    lines = [
+            setup.append(f"o{k} = arena[{offset}:{offset} + size]")
+            body.append(f"{entries(f'o{k}', 'first')} = {name}")
+    lines = [f"    {line}" for line in setup]
+    indent, first = "    ", "0"
+    for t in range(levels - 1, 0, -1):
+        lines.append(f"{indent}for i{t} in range(n{t}):")
+        indent += "    "
+        lines.append(f"{indent}first{t} = {first} + i{t} * span{t}")
+        first = f"first{t}"
+        lines += [f"{indent}{line}" for line in per_index[t]]
+    lines.append(f"{indent}first = {first}")
+    lines += [f"{indent}{line}" for line in before_inner]
+    lines.append(f"{indent}for j in range(n0):")
+    lines += [f"{indent}    {line}" for line in body]
+    source = "\n".join([
         '"""A fused group\'s kernel, generated by jitape_kernels.cpu.fusion."""',
         "import numpy as np",
         "from numba import carray",
@@ -173,21 +215,15 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
         "from jitape_kernels.cpu.interpreter import params",
         "",
         "",
-        "def kernel(arena_at, arena_n, iattr_at, iattr_n, fattr_at, fattr_n, args_at, args_n, outer, inner):",
+        "def kernel(arena_at, arena_n, iattr_at, iattr_n, fattr_at, fattr_n, args_at, args_n):",
         "    arena = carray(arena_at, (arena_n,))",
         "    iattr = carray(iattr_at, (iattr_n,))",
         "    fattr = carray(fattr_at, (fattr_n,))",
         "    args = carray(args_at, (args_n,))",
-        "    size = outer * inner",
-        *(f"    {line}" for line in setup),
-        "    for i in range(outer):",
-        "        base = i * inner",
-        *(f"        {line}" for line in outer_body),
-        "        for j in range(inner):",
-        *(f"            {line}" for line in body),
+        *lines,
         "",
-    ]
-    return "\n".join(lines), args, inner
+    ])
+    return source, args
 
 
 def _compiled(source, dtype):
@@ -231,9 +267,8 @@ class GroupKernels:
             generated = _group_source(run, slots, iattr, places, r0, int(fused[r0]), self.dtype)
             if generated is None:
                 continue
-            source, group_args, inner = generated
-            size = int(slots[run[r0, oc.OUT], oc.SIZE])
-            self.table[r0, KERNEL_ARGS:] = len(args), len(group_args), size // inner, inner
+            source, group_args = generated
+            self.table[r0, KERNEL_ARGS:] = len(args), len(group_args)
             args += group_args
             self._pending.append((r0, source))
         self.args = np.array(args, np.int64)

@@ -14,11 +14,11 @@ import numpy as np
 from .. import njit, opcodes as oc
 from ..layout import (BLOCK, SC_ATTR, SC_FLAGS, SC_IN0, SC_IN0_ADJ, SC_IN0_OFF, SC_IN1, SC_IN1_ADJ, SC_IN1_OFF, SC_OP,
                       SC_OUT_ADJ, SC_OUT_OFF, SC_RUN)
-from .fusion import KERNEL_ADDRESS, KERNEL_ARG_COUNT, KERNEL_ARGS, KERNEL_INNER, KERNEL_OUTER, call_kernel
 from .elementwise import (_put, binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
 from . import linalg, reduction
+from .fusion import KERNEL_ADDRESS, KERNEL_ARG_COUNT, KERNEL_ARGS, call_kernel
 from .linalg import inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward, solve_reverse
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
 from .shape import broadcast_block, contiguous_run, mapped_forward, mapped_linear, moved_forward, moved_linear
@@ -212,8 +212,7 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
             if kernels[r, KERNEL_ADDRESS] != 0:
                 start = kernels[r, KERNEL_ARGS]
                 call_kernel(kernels[r, KERNEL_ADDRESS], arena, iattr, fattr,
-                            kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]], kernels[r, KERNEL_OUTER],
-                            kernels[r, KERNEL_INNER])
+                            kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]])
             else:
                 fused_forward(code, r, fused[r], slots, iattr, fattr, arena, places, scratch,
                               slots[code[r, oc.OUT], oc.SIZE], work)
