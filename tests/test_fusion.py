@@ -1,6 +1,10 @@
 """The generated kernels of fused groups (jitape_kernels.cpu.fusion): every elementwise op and every broadcast a
 group holds gives the block-by-block run's bits, in plain replays, bound gradients and in-place variable updates;
 groups compile at the configured run, and broadcasts that do not fit one loop nest keep the block path."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -198,3 +202,37 @@ def test_a_group_s_kernel_is_generated_once_per_structure_and_dtype(kernels_at):
     first, second = (_only_variant(f)._replayers["cpu"].args[-2][:, fusion.KERNEL_ADDRESS] for f in (a, b))
     assert first.any() and np.array_equal(first, second)
     assert list(fusion._GENERATED_DIR.glob("group_*.py"))
+
+
+def test_a_loaded_function_s_gradient_runs_generated_kernels_with_the_saved_function_s_bits(kernels_at, tmp_path):
+    kernels_at(1)
+    x = jt.constant(np.linspace(-2, 2, N).reshape(-1, 1) * np.ones((1, 4)))
+    b = jt.constant(np.array([[0.5, -1.0, 2.0, 0.25]]))
+    f = Function(lambda x, b: jt.reduce_sum(jt.sqrt(jt.abs(x - b)) * x + b), differentiated=True)
+    f(x, b)
+    jt.save(tmp_path / "f.npz", f)
+    loaded = jt.load(tmp_path / "f.npz")
+    gradients = [jt.grad(fn, argnums=(0, 1)) for fn in (f, loaded)]
+    for _ in range(3):
+        (saved_x, saved_b), (loaded_x, loaded_b) = (g(x, b) for g in gradients)
+    np.testing.assert_array_equal(loaded_x.numpy(), saved_x.numpy())
+    np.testing.assert_array_equal(loaded_b.numpy(), saved_b.numpy())
+    (replay,) = [replay for key, replay in _only_variant(loaded)._replayers.items() if isinstance(key, tuple)]
+    assert replay.args[-2][:, fusion.KERNEL_ADDRESS].any()
+
+
+def test_a_new_process_loads_a_generated_kernel_from_the_cache_without_compiling():
+    script = f"""
+import numpy as np
+import jitape as jt
+from jitape_kernels.cpu import fusion
+jt.config.fused_kernel_runs = 1
+f = jt.function(lambda x: jt.cos(x) * x + 0.125)
+x = jt.constant(np.linspace(0, 1, {N}))
+f(x), f(x)
+print(len(fusion._COMPILED), sum(kernel._cache_hits for kernel in fusion._COMPILED.values()))
+"""
+    environment = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    runs = [subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
+                           check=True).stdout.split() for _ in range(2)]
+    assert runs[1] == ["1", "1"]
