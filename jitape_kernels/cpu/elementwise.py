@@ -18,8 +18,7 @@ input run unvectorised, with the same results.
 import math
 
 from .. import njit, opcodes as oc
-from .vectormath import (exp_array, exp_entry, log_array, log_entry, sigmoid_array, sigmoid_entry, tanh_array,
-                         tanh_entry)
+from .vectormath import exp_array, log_array, sigmoid_array, tanh_array
 
 _TWO_OVER_SQRT_PI = 1.1283791670955126
 # B_2, B_4, ..., B_24: the Bernoulli numbers of the Euler-Maclaurin and asymptotic series below
@@ -782,58 +781,6 @@ def _select(cond, a, b, out):
         x = a[i]
         y = b[i]
         out[i] = x if cond[i] != 0 else y
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def unary_entry(op, x, p0, p1):
-    """The value unary_forward stores for the entry x: its loops' expressions, in x's dtype where they compute in
-    it (SCALE's p0 given in that dtype), for the generated kernels of fused groups (cpu.fusion), which must give
-    the block-by-block run's bits."""
-    if op == oc.SCALE:
-        return x * p0
-    if op == oc.COPY or op == oc.STOP_GRADIENT:
-        return x
-    if op == oc.NEG:
-        return -x
-    if op == oc.SQUARE:
-        return x * x
-    if op == oc.SQRT:
-        return math.sqrt(x)
-    if op == oc.RELU:
-        return maximum(x, 0.0)
-    if op == oc.EXP:
-        return exp_entry(x)
-    if op == oc.LOG:
-        return log_entry(x)
-    if op == oc.TANH:
-        return tanh_entry(x)
-    if op == oc.SIGMOID:
-        return sigmoid_entry(x)
-    return unary_value(op, x, p0, p1)
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def binary_entry(op, a, b):
-    """The value binary_forward stores for the entries a, b (see unary_entry)."""
-    if op == oc.ADD:
-        return a + b
-    if op == oc.SUB:
-        return a - b
-    if op == oc.MUL:
-        return a * b
-    if op == oc.DIV:
-        return a / b
-    if op == oc.MAXIMUM:
-        return maximum(a, b)
-    if op == oc.MINIMUM:
-        return minimum(a, b)
-    return binary_value(op, a, b)
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def where_entry(cond, a, b):
-    """The value where_forward stores for the entries cond, a, b (see unary_entry)."""
-    return a if cond != 0 else b
 
 
 @njit(cache=True, error_model="numpy")

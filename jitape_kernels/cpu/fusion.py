@@ -11,9 +11,12 @@ called from the replay sweep through its address (call_kernel). The source is
 written once per structure and dtype into the kernel cache directory, where
 numba caches its machine code as the package's own kernels'.
 
-The rows' rules are elementwise.unary_entry / binary_entry / where_entry, the
-per-entry values the block kernels store, each rounded to the arena's dtype
-as a block would be: a replay gives the same bits from either path.
+The rows' rules (_ENTRY_RULES) are the block kernels' loop bodies for the
+elementwise ops their loops run directly (arithmetic, compares, where and the
+commonest unary ops), each value rounded to the arena's dtype as a block
+would store it: a replay gives the same bits from either path (exp, log, tanh
+and sigmoid within one unit in the last place: LLVM places their fused
+multiply-adds per loop).
 
 A group's loops nest at every boundary between the repeated and the copied
 axes of its broadcasts, so each reads its input at a sum of loop indices times
@@ -41,6 +44,22 @@ from .. import _CACHE_DIR, _KernelCache, opcodes as oc
 # path), where its arguments start in the argument array and how many
 (KERNEL_ADDRESS, KERNEL_ARGS, KERNEL_ARG_COUNT) = range(3)
 KERNEL_COLUMNS = 3
+
+# The value each op's block kernel stores for one entry (the loop bodies of elementwise.unary_forward,
+# binary_forward and where_forward) as source over its operands' values ({0}, {1}, {2}; {p}: SCALE's factor in
+# the arrays' dtype): the ops a generated kernel evaluates. A group holding any other op keeps the block path:
+# through unary_value's dispatch, inlined per row, a kernel compiled for 1-2 s a row.
+_ENTRY_RULES = {
+    oc.SCALE: "{0} * {p}", oc.NEG: "-{0}", oc.SQUARE: "{0} * {0}", oc.SQRT: "math.sqrt({0})", oc.ABS: "abs({0})",
+    oc.RELU: "({0} if {0} > 0.0 or {0} != {0} else 0.0)",      # elementwise.maximum(x, 0.0)
+    oc.EXP: "exp_entry({0})", oc.LOG: "log_entry({0})", oc.TANH: "tanh_entry({0})", oc.SIGMOID: "sigmoid_entry({0})",
+    oc.ADD: "{0} + {1}", oc.SUB: "{0} - {1}", oc.MUL: "{0} * {1}", oc.DIV: "{0} / {1}",
+    oc.MAXIMUM: "({0} if {0} > {1} or {0} != {0} else {1})", oc.MINIMUM: "({0} if {0} < {1} or {0} != {0} else {1})",
+    oc.GREATER: "(1.0 if {0} > {1} else 0.0)", oc.GREATER_EQUAL: "(1.0 if {0} >= {1} else 0.0)",
+    oc.LESS: "(1.0 if {0} < {1} else 0.0)", oc.LESS_EQUAL: "(1.0 if {0} <= {1} else 0.0)",
+    oc.EQUAL: "(1.0 if {0} == {1} else 0.0)", oc.NOT_EQUAL: "(1.0 if {0} != {1} else 0.0)",
+    oc.WHERE: "({1} if {0} != 0 else {2})",
+}
 
 _GENERATED_DIR = _CACHE_DIR / "fused"
 _COMPILED = {}      # source digest -> CFunc, for this process
@@ -118,11 +137,14 @@ def loop_nest(size, tile_runs):
 
 
 def _group_source(run, slots, iattr, places, r0, r1, dtype):
-    """(source, arguments) of the generated kernel of fused group r0..r1-1, or None where its broadcasts do not
-    nest (loop_nest). Its arguments: each loop's count, innermost first, then an arena offset per broadcast
-    input, per input read from the arena and per output stored there, and an attribute row per unary row."""
+    """(source, arguments) of the generated kernel of fused group r0..r1-1, or None where a row's op has no
+    entry rule (_ENTRY_RULES) or its broadcasts do not nest (loop_nest). Its arguments: each loop's count,
+    innermost first, then an arena offset per broadcast input, per input read from the arena and per output
+    stored there, and the attribute row of each SCALE."""
     scalar = "float64" if np.dtype(dtype) == np.float64 else "float32"
     size = int(slots[run[r0, oc.OUT], oc.SIZE])
+    if any(run[r, oc.OP] != oc.TILE and run[r, oc.OP] not in _ENTRY_RULES for r in range(r0, r1)):
+        return None
     tiles = [r for r in range(r0, r1) if run[r, oc.OP] == oc.TILE]
     nest = loop_nest(size, [_broadcast_runs(iattr, int(run[r, oc.ATTR])) for r in tiles])
     if nest is None:
@@ -181,14 +203,9 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
                     setup.append(f"a{k}_{c} = arena[{offset}:{offset} + size]")
                     values[slot] = entries(f"a{k}_{c}", "first")
                 operands.append(values[slot])
-            if op <= oc.UNARY_LAST:
-                setup.append(f"p{k}, q{k} = params({op}, iattr, fattr, {argument(run[r, oc.ATTR])})")
-                p = f"np.{scalar}(p{k})" if op == oc.SCALE else f"p{k}"
-                expression = f"unary_entry({op}, {operands[0]}, {p}, q{k})"
-            elif op <= oc.BINARY_LAST:
-                expression = f"binary_entry({op}, {operands[0]}, {operands[1]})"
-            else:
-                expression = f"where_entry({operands[0]}, {operands[1]}, {operands[2]})"
+            if op == oc.SCALE:      # its factor, as params() reads it, in the arrays' dtype (as _scale)
+                setup.append(f"p{k} = np.{scalar}(fattr[iattr[{argument(run[r, oc.ATTR])}]])")
+            expression = _ENTRY_RULES[op].format(*operands, p=f"p{k}")
             body.append(f"{name} = np.{scalar}({expression})")
         values[int(run[r, oc.OUT])] = name
         if places[r, 0] < 0:        # the arena keeps its value
@@ -209,10 +226,12 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
     lines += [f"{indent}    {line}" for line in body]
     source = "\n".join([
         '"""A fused group\'s kernel, generated by jitape_kernels.cpu.fusion."""',
+        "import math",
+        "",
         "import numpy as np",
         "from numba import carray",
-        "from jitape_kernels.cpu.elementwise import binary_entry, unary_entry, where_entry",
-        "from jitape_kernels.cpu.interpreter import params",
+        "",
+        "from jitape_kernels.cpu.vectormath import exp_entry, log_entry, sigmoid_entry, tanh_entry",
         "",
         "",
         "def kernel(arena_at, arena_n, iattr_at, iattr_n, fattr_at, fattr_n, args_at, args_n):",
