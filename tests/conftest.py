@@ -1,5 +1,5 @@
 """Shared fixtures: a hypothesis profile that tolerates numba's first-call
-compile, and floatx / jacobian-budget fixtures that restore global settings."""
+compile, and floatx / jacobian-budget / generated-kernel fixtures that restore global settings."""
 import os
 
 import pytest
@@ -43,3 +43,17 @@ def jacobian_budget():
         yield set_budget
     finally:
         jt.config.jacobian_memory_bytes = old
+
+
+@pytest.fixture
+def kernels_at():
+    """Yields a setter for jt.config.fused_kernel_runs; restores it after."""
+    old = jt.config.fused_kernel_runs
+
+    def set_runs(runs):
+        jt.config.fused_kernel_runs = runs
+
+    try:
+        yield set_runs
+    finally:
+        jt.config.fused_kernel_runs = old

@@ -19,20 +19,6 @@ from .test_layout import BROADCASTS, _only_variant
 N = FUSE_MIN_SIZE + BLOCK + 3
 
 
-@pytest.fixture
-def kernels_at():
-    """Yields a setter for jt.config.fused_kernel_runs; restores it after."""
-    old = jt.config.fused_kernel_runs
-
-    def set_runs(runs):
-        jt.config.fused_kernel_runs = runs
-
-    try:
-        yield set_runs
-    finally:
-        jt.config.fused_kernel_runs = old
-
-
 # (opcode, a value of it over u and y) for every op a generated kernel evaluates (fusion._ENTRY_RULES) but SCALE,
 # which every case's u holds
 RULES = [(oc.NEG, lambda u, y: -u), (oc.SQUARE, lambda u, y: jt.square(u)), (oc.SQRT, lambda u, y: jt.sqrt(u)),

@@ -20,10 +20,11 @@ multiply-adds per loop).
 
 A group's loops nest at every boundary between the repeated and the copied
 axes of its broadcasts, so each reads its input at a sum of loop indices times
-strides; groups whose broadcasts do not nest (outputs of one size but other
-shapes) keep the block path. A variant's
-groups are compiled after a few runs (jitape.config.fused_kernel_runs): a
-function called once never waits for a compile.
+strides. Groups whose broadcasts do not nest (outputs of one size but other
+shapes), that hold an op without an entry rule, or that write a value over
+its input (a training step's update) keep the block path. A variant's groups
+are compiled at its third replay (jitape.config.fused_kernel_runs): a function
+called once or twice never waits for a compile.
 """
 import hashlib
 import importlib.util
