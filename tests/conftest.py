@@ -31,29 +31,22 @@ def floatx64():
         jt.set_floatx(old)
 
 
+def _restored(name):
+    """Yields a setter for jt.config.<name>; restores its value after."""
+    old = getattr(jt.config, name)
+    try:
+        yield lambda value: setattr(jt.config, name, value)
+    finally:
+        setattr(jt.config, name, old)
+
+
 @pytest.fixture
 def jacobian_budget():
     """Yields a setter for jt.config.jacobian_memory_bytes; restores it after."""
-    old = jt.config.jacobian_memory_bytes
-
-    def set_budget(nbytes):
-        jt.config.jacobian_memory_bytes = nbytes
-
-    try:
-        yield set_budget
-    finally:
-        jt.config.jacobian_memory_bytes = old
+    yield from _restored("jacobian_memory_bytes")
 
 
 @pytest.fixture
 def kernels_at():
     """Yields a setter for jt.config.fused_kernel_runs; restores it after."""
-    old = jt.config.fused_kernel_runs
-
-    def set_runs(runs):
-        jt.config.fused_kernel_runs = runs
-
-    try:
-        yield set_runs
-    finally:
-        jt.config.fused_kernel_runs = old
+    yield from _restored("fused_kernel_runs")
