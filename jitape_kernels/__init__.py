@@ -18,6 +18,7 @@ a user's process pool on a cold cache): _KernelCacheFile stores every compile re
 name of its own and merges the index entries that name them.
 """
 import contextlib
+import functools
 import hashlib
 import os
 import tempfile
@@ -28,6 +29,10 @@ import numba
 from numba import typeof
 from numba.core import caching, codegen, compiler, types
 
+from . import scipy_blas
+
+# before numba's first compile or cache load asks for BLAS: scipy.linalg's import was ~110 ms of a first gradient
+scipy_blas.load()
 _HERE = Path(__file__).resolve().parent
 
 
@@ -72,12 +77,26 @@ class _KernelCacheLocator(caching.UserProvidedCacheLocator):
         self._lineno = py_func.__code__.co_firstlineno
         self._cache_path = os.path.join(_CACHE_DIR, self.get_suitable_cache_subpath(py_file))
 
+    # directories found writable; numba probes with a file of its own for every kernel (~190 at import)
+    _writable_paths = set()
+
     @classmethod
     def from_function(cls, py_func, py_file):
-        # the package's files, and the generated kernels' (jitape_kernels.cpu.fusion) in the cache directory
-        if not any(Path(py_file).resolve().is_relative_to(d) for d in (_HERE, _CACHE_DIR.resolve())):
+        if not _is_kernel_file(py_file):
             return None
         return super(caching.UserProvidedCacheLocator, cls).from_function(py_func, py_file)
+
+    def ensure_cache_path(self):
+        path = self.get_cache_path()
+        if path not in self._writable_paths:
+            super().ensure_cache_path()
+            self._writable_paths.add(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _is_kernel_file(py_file: str) -> bool:
+    """The package's files, and the generated kernels' (jitape_kernels.cpu.fusion) in the cache directory."""
+    return any(Path(py_file).resolve().is_relative_to(d) for d in (_HERE, _CACHE_DIR.resolve()))
 
 
 if _KernelCacheLocator not in caching.CacheImpl._locator_classes:
@@ -217,7 +236,8 @@ def njit(**options):
     """numba.njit for this package's kernels: with cache=True, cached through _KernelCache; compiled for the
     types of the arguments a compiled caller passes, not their values (_without_literals)."""
     def decorate(py_func):
-        dispatcher = numba.njit(**options)(py_func)
+        # numba's own cache is never made: its locators and write probe were half of the decorators' import time
+        dispatcher = numba.njit(**dict(options, cache=False))(py_func)
         # not with NUMBA_DISABLE_JIT, nor with a numba whose dispatchers fold arguments otherwise
         if hasattr(getattr(dispatcher, "_compiler", None), "fold_argument_types"):
             _without_literals(dispatcher)

@@ -44,7 +44,11 @@ def _run(args, env):
 
 def tables():
     with tempfile.TemporaryDirectory(prefix="jitape-perf-numba-") as cache:
-        return [_measure(dict(os.environ, NUMBA_CACHE_DIR=cache))]
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        # a user's installed package has its bytecode (pip compiles it; an editable install writes it at the
+        # first import): a sandbox's PYTHONDONTWRITEBYTECODE=1 compiled every jitape module at every import
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        return [_measure(env)]
 
 
 def _measure(env):
