@@ -39,6 +39,8 @@ from .tracing import _traces
 # target, in1: the source). Never an opcode: Concrete turns these rows into gradient steps run by the
 # executor between forward segments, so no kernel ever sees one.
 GRADIENT_STEP = -7
+# run()'s purpose for a call that needs only the outputs, guards and writes (Function.__call__ not recording)
+OUTPUTS = "outputs"
 
 
 class _Trace(GradientTape):
@@ -354,7 +356,8 @@ class Concrete:
     def run(self, leaves, backend_name=None, purpose=None):
         """Replay on the flat argument leaves: fill the inputs, one compiled call. False when a guard differs
         (nothing written then), else True with the arena holding every value of the call. With a `purpose`
-        bound by bind_gradient, the call also takes that gradient (self.ran says whether it did)."""
+        bound by bind_gradient, the call also takes that gradient (self.ran says whether it did); with OUTPUTS,
+        the arena holds only the outputs, guards and writes after it (see replayer)."""
         self.ran = None
         if self._holds is not None and not self._holds():
             return False
@@ -388,7 +391,7 @@ class Concrete:
                     arena[start:stop] = variable._value.reshape(-1)
                 versions[k] = variable._version
         name = config.backend if backend_name is None else backend_name
-        if purpose is not None:
+        if purpose is not None and purpose != OUTPUTS:
             replay = self._replayers.get((name, purpose))
             if replay is not None:
                 if self._references(purpose) != self._unlent[purpose]:
@@ -398,16 +401,26 @@ class Concrete:
                     replay = self._replayers[name, purpose]
                 self.ran = purpose
                 return replay()
-        replay = self._replayers.get(name)
-        return (replay if replay is not None else self.replayer(backend_name))()
+        lean = purpose == OUTPUTS and not self._fuses
+        replay = self._replayers.get((name, OUTPUTS) if lean else name)
+        return (replay if replay is not None else self.replayer(backend_name, lean))()
 
-    def replayer(self, backend_name=None):
-        """The replay of this variant's arrays on a backend (default jt.config.backend's), bound once."""
+    def replayer(self, backend_name=None, lean=False):
+        """The replay of this variant's arrays on a backend (default jt.config.backend's), bound once. lean: for
+        a variant whose replays keep every value (differentiated or loaded: tapes recording its calls read them),
+        the replay of calls that need only the outputs, guards and writes, running fused groups on the canonical
+        layout (as a bound gradient's replays do)."""
         device = backends.current(backend_name)
-        kernels = self._group_kernels(device, self._run_code, self._fused, self._places)
-        replay = self._replayers[device.name] = device.bind_replay(
+        fused, places, scratch = self._fused, self._places, self._scratch
+        if lean:
+            _, _, _, fused, places, n_scratch = run_layout(self.code, self.slots, self.iattr, self._steps[:, 0],
+                                                           self._step_code.copy(), self._live, elide_copies=False)
+            n_stash = self._scratch.size - self._scratch_blocks * BLOCK
+            scratch = np.empty(max(n_scratch, self._scratch_blocks) * BLOCK + n_stash, self.dtype)
+        kernels = self._group_kernels(device, self._run_code, fused, places)
+        replay = self._replayers[(device.name, OUTPUTS) if lean else device.name] = device.bind_replay(
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
-            self._adjoint, self._guards, self._expected, self._fused, self._places, self._scratch,
+            self._adjoint, self._guards, self._expected, fused, places, scratch,
             device.replay_temps(self._run_code, self._step_code, self.iattr, 1, self.dtype), self._step_groups,
             self._step_places, self._scalars, self._step_scalars, kernels.table, kernels.args)
         return replay
@@ -694,9 +707,9 @@ class Function:
             return calls.recorded_call(self, args, kwargs)     # one op on the tapes that track its inputs
         key, leaves = signature(args, kwargs)
         variants = self._variants.get(key)
-        if variants is not None and variants[0].run(leaves, self.backend):
+        if variants is not None and variants[0].run(leaves, self.backend, OUTPUTS):
             return variants[0].finish()     # the common call, in short
-        concrete, _, traced = self._replay(key, leaves, args, kwargs, None, first=int(variants is not None))
+        concrete, _, traced = self._replay(key, leaves, args, kwargs, OUTPUTS, first=int(variants is not None))
         return concrete.finish() if traced is None else traced[0]
 
     def twin(self):
@@ -719,7 +732,8 @@ class Function:
         """(the variant that ran, the flat argument leaves, None) with the variant's arena holding every value
         of the call and its variable writes not yet done; when this call traced, the variant traced, its
         arena holding the call's values, and (the outputs,): the call already ran in Python. purpose: a
-        gradient the variant may have bound (Concrete.bind_gradient) to take in the same call."""
+        gradient the variant may have bound (Concrete.bind_gradient) to take in the same call, or OUTPUTS
+        (see Concrete.run)."""
         key, leaves = signature(args, kwargs)
         return self._replay(key, leaves, args, kwargs, purpose)
 

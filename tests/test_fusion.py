@@ -214,6 +214,32 @@ def test_a_loaded_function_s_gradient_runs_generated_kernels_with_the_saved_func
     assert replay.args[-2][:, fusion.KERNEL_ADDRESS].any()
 
 
+def test_a_loaded_function_s_calls_run_fused_groups_and_a_tape_recording_one_still_reads_every_value(kernels_at,
+                                                                                                      tmp_path):
+    """A loaded variant keeps every value (tapes recording its calls read them), so its plain calls run a replay
+    of their own with fused groups on the canonical layout."""
+    kernels_at(1)
+    x = jt.constant(np.linspace(-2, 2, N))
+    f = jt.function(lambda x: jt.reduce_sum(jt.exp(x * 0.5) * x + jt.tanh(x)))
+    f(x)
+    jt.save(tmp_path / "f.npz", f)
+    loaded = jt.load(tmp_path / "f.npz")
+    for _ in range(3):
+        np.testing.assert_array_equal(loaded(x).numpy(), f(x).numpy())
+    concrete = _only_variant(loaded)
+    assert not concrete._fused.any()
+    lean = concrete._replayers["cpu", "outputs"]
+    assert lean.args[-2][:, fusion.KERNEL_ADDRESS].any()
+    with jt.GradientTape() as tape:     # other values than the lean calls left in the arena
+        tape.watch(x)
+        y = loaded(x * 0.5)
+    with jt.GradientTape() as eager:
+        eager.watch(x)
+        z = x * 0.5
+        want = jt.reduce_sum(jt.exp(z * 0.5) * z + jt.tanh(z))
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), eager.gradient(want, x).numpy(), rtol=1e-13)
+
+
 def test_a_new_process_loads_a_generated_kernel_from_the_cache_without_compiling():
     script = f"""
 import numpy as np
