@@ -1,7 +1,9 @@
 """The generated kernels of fused groups (jitape_kernels.cpu.fusion): every elementwise op and every broadcast a
-group holds gives the block-by-block run's bits, in plain replays, bound gradients and in-place variable updates;
-groups compile at the configured run, and broadcasts that do not fit one loop nest keep the block path."""
+group holds, and the reduction after it a kernel computes, give the block-by-block run's bits, in plain replays,
+bound gradients, loaded functions and in-place variable updates; groups compile at the configured run, and
+broadcasts that do not fit one loop nest keep the block path."""
 import os
+import re
 import subprocess
 import sys
 
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 
 import jitape as jt
+from jitape import nest
 from jitape.replay import Function
 from jitape_kernels import opcodes as oc
 from jitape_kernels.cpu import fusion
@@ -115,6 +118,88 @@ def test_broadcasts_in_generated_kernels_give_the_block_path_s_bits(kernels_at, 
     runs = [fusion._broadcast_runs(concrete.iattr, int(concrete._run_code[r, oc.ATTR])) for r in tiles]
     nests = fusion.loop_nest(int(np.prod(shape)), runs) is not None
     assert all(table[r, fusion.KERNEL_ADDRESS] != 0 for r in starts) == nests
+
+
+# (shape, axis) of a reduction right after a group: rows of at most SHORT_ROWS entries (row_sum), rows summed
+# pairwise (over 128), an inner axis kept (entry by entry), all three axes, one row of every entry
+REDUCED = [((N // 8, 8), 1), ((80, 300), 1), ((300, 64), 0), ((30, 40, 20), 1), ((N,), 0)]
+
+
+def _bits(a):
+    return np.asarray(a).view(np.uint64 if a.dtype == np.float64 else np.uint32)
+
+
+@pytest.mark.parametrize("reduce", [jt.reduce_sum, jt.reduce_min, jt.reduce_max], ids=["sum", "min", "max"])
+@pytest.mark.parametrize("shape,axis", REDUCED, ids=[f"{s}-{a}" for s, a in REDUCED])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_reduction_after_a_group_computed_in_its_kernel_gives_the_reduction_kernel_s_bits(kernels_at, reduce,
+                                                                                           shape, axis, dtype):
+    """Signed zeros (which the first of two equal extrema decides) and NaN included."""
+    rng = np.random.default_rng(len(shape) + axis)
+    x = rng.uniform(-2, 2, shape).astype(dtype)
+    x.reshape(-1)[::7] = -0.0
+    x.reshape(-1)[3::7] = 0.0
+    x.reshape(-1)[::997] = np.nan
+    y = np.where(rng.uniform(size=shape) < 0.5, dtype(-0.0), dtype(0.0)).astype(dtype)
+    x, y = jt.constant(x), jt.constant(y)
+
+    def f(x, y):
+        return reduce(jt.where(jt.abs(x) > 1.5, x * 0.5 + y, y - x * 0.25), axis)
+
+    values = {}
+    for runs in (None, 1):
+        kernels_at(runs)
+        replayed = jt.function(f)
+        replayed(x, y)
+        values[runs] = replayed(x, y).numpy()
+    np.testing.assert_array_equal(_bits(values[1]), _bits(values[None]))
+    concrete = _only_variant(replayed)
+    table, (r0,) = concrete._replayers["cpu"].args[-2], np.flatnonzero(concrete._fused)
+    assert table[r0, fusion.KERNEL_ADDRESS] != 0 and table[r0, fusion.KERNEL_END] == concrete._fused[r0] + 1
+
+
+@pytest.mark.parametrize("axis", [1, 0])
+def test_a_reduced_value_is_stored_only_where_a_later_use_reads_it(kernels_at, axis):
+    """Stored when it is also an output, or a gradient step reads it (min's reverse compares with it); else the
+    kernel keeps each row in a buffer of its own (inner axis: not at all)."""
+    rng = np.random.default_rng(5)
+    x, c = jt.constant(rng.normal(size=(400, 50))), jt.constant(rng.normal(size=(1, 50)))
+
+    def distance(x, c):
+        return jt.square(x - c) * 0.5
+
+    def also_an_output(x, c):
+        d = distance(x, c)
+        return jt.reduce_min(d, axis), d
+
+    functions = {"forward": lambda x, c: jt.reduce_min(distance(x, c), axis), "also an output": also_an_output,
+                 "gradient": lambda x, c: jt.reduce_sum(jt.reduce_min(distance(x, c), axis))}
+    results = {}
+    for runs in (None, 1):
+        kernels_at(runs)
+        got = results[runs] = {}
+        for name, f in functions.items():
+            if name == "gradient":
+                derivative = jt.grad(Function(f, differentiated=True), argnums=1)
+                got[name] = [derivative(x, c).numpy() for _ in range(2)][-1]
+                continue
+            replayed = jt.function(f)
+            replayed(x, c)
+            got[name] = [np.asarray(v) for v in nest.flatten(replayed(x, c))]
+            if runs == 1:
+                concrete = _only_variant(replayed)
+                (r0,) = np.flatnonzero(concrete._fused)
+                kept = np.zeros(concrete.slots.shape[0], np.bool_)
+                kept[concrete._live] = True
+                source, _, absorbs = fusion._group_source(concrete._run_code, concrete.slots, concrete.iattr,
+                                                          concrete._places, r0, int(concrete._fused[r0]),
+                                                          np.float64, kept)
+                assert absorbs
+                assert bool(re.search(r"^ +o\d+ = arena", source, re.M)) == (name == "also an output")
+                assert ("row = np.empty" in source) == (name == "forward" and axis == 1)
+    for name in functions:
+        for got, want in zip(results[1][name], results[None][name]):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_a_bound_gradient_s_groups_run_generated_kernels_with_the_block_path_s_gradients(kernels_at):

@@ -20,7 +20,10 @@ multiply-adds per loop).
 
 A group's loops nest at every boundary between the repeated and the copied
 axes of its broadcasts, so each reads its input at a sum of loop indices times
-strides. Groups whose broadcasts do not nest (outputs of one size but other
+strides. A SUM, MIN or MAX of one of its values right after it is computed in
+the same loops (its output indexed as a broadcast's input), so the value it
+reduces is never read back, and stored only where something else reads it
+(W10's distance matrix and its row minimum: one pass). Groups whose broadcasts do not nest (outputs of one size but other
 shapes), that hold an op without an entry rule, or that write a value over
 its input (a training step's update) keep the block path. A variant's groups
 are compiled at its third replay (jitape.config.fused_kernel_runs): a function
@@ -42,9 +45,9 @@ from numba.extending import intrinsic
 from .. import _CACHE_DIR, _KernelCache, opcodes as oc
 
 # the kernels' table, per run-code row that starts a generated group: its kernel's address (0: none; the block
-# path), where its arguments start in the argument array and how many
-(KERNEL_ADDRESS, KERNEL_ARGS, KERNEL_ARG_COUNT) = range(3)
-KERNEL_COLUMNS = 3
+# path), where its arguments start in the argument array and how many, and the row after the last it computes
+(KERNEL_ADDRESS, KERNEL_ARGS, KERNEL_ARG_COUNT, KERNEL_END) = range(4)
+KERNEL_COLUMNS = 4
 
 # The value each op's block kernel stores for one entry (the loop bodies of elementwise.unary_forward,
 # binary_forward and where_forward) as source over its operands' values ({0}, {1}, {2}; {p}: SCALE's factor in
@@ -137,17 +140,48 @@ def loop_nest(size, tile_runs):
     return spans, repeats
 
 
-def _group_source(run, slots, iattr, places, r0, r1, dtype):
-    """(source, arguments) of the generated kernel of fused group r0..r1-1, or None where a row's op has no
-    entry rule (_ENTRY_RULES), its broadcasts do not nest (loop_nest) or it writes a value over its input (below). Its arguments: each loop's count,
-    innermost first, then an arena offset per broadcast input, per input read from the arena and per output
-    stored there, and the attribute row of each SCALE."""
+def _reduction_runs(outer, n, inner):
+    """A reduction's output indexed like a broadcast's input (loop_nest): the reduced axis repeats it."""
+    runs = []
+    for repeats, entries in ((False, outer), (True, n), (False, inner)):
+        if entries > 1:
+            runs.append((repeats, entries))
+    return runs
+
+
+def _absorbed_reduction(run, slots, iattr, r0, r1, size):
+    """(outer, n, inner) of the row after group r0..r1-1 when the group's kernel computes it too: a SUM, MIN or
+    MAX over all the entries of a value the group computes (its output then never read from the arena), else
+    None."""
+    if r1 >= run.shape[0] or int(run[r1, oc.OP]) not in (oc.SUM, oc.MIN, oc.MAX):
+        return None
+    if int(run[r1, oc.IN0]) not in run[r0:r1, oc.OUT].tolist():
+        return None
+    a = int(run[r1, oc.ATTR])
+    outer, n, inner = (int(v) for v in iattr[a:a + 3])
+    return (outer, n, inner) if n > 1 and outer * n * inner == size else None
+
+
+def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
+    """(source, arguments, whether it computes the reduction after the group) of the generated kernel of fused
+    group r0..r1-1, or None where a row's op has no entry rule (_ENTRY_RULES), its broadcasts do not nest
+    (loop_nest) or it writes a value over its input (below). A SUM, MIN or MAX of one of its values right after
+    it (_absorbed_reduction) is computed in its loop, in the reduction kernel's order: row by row with
+    reduction.reduce_row along the last axis, entry by entry along the others. The value it reduces is then
+    stored only where a row outside the two reads it, or `kept` (per slot: read by gradient steps, an output,
+    guard or write). Its arguments: each loop's count, innermost first, then an arena offset per broadcast input,
+    per input read from the arena and per output stored there, and the attribute row of each SCALE."""
     scalar = "float64" if np.dtype(dtype) == np.float64 else "float32"
     size = int(slots[run[r0, oc.OUT], oc.SIZE])
     if any(run[r, oc.OP] != oc.TILE and run[r, oc.OP] not in _ENTRY_RULES for r in range(r0, r1)):
         return None
     tiles = [r for r in range(r0, r1) if run[r, oc.OP] == oc.TILE]
-    nest = loop_nest(size, [_broadcast_runs(iattr, int(run[r, oc.ATTR])) for r in tiles])
+    tile_runs = [_broadcast_runs(iattr, int(run[r, oc.ATTR])) for r in tiles]
+    reduction = _absorbed_reduction(run, slots, iattr, r0, r1, size)
+    nest = loop_nest(size, tile_runs + [_reduction_runs(*reduction)]) if reduction else None
+    if nest is None:        # the group alone
+        reduction = None
+        nest = loop_nest(size, tile_runs)
     if nest is None:
         return None
     spans, tile_repeats = nest
@@ -157,6 +191,7 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
     setup.append("size = " + " * ".join(f"n{t}" for t in range(levels)))
     setup += [f"span{t} = span{t - 1} * n{t - 1}" if t else "span0 = 1" for t in range(levels)]
     per_index = [[] for _ in range(levels)]     # lines run per index of loop t (t >= 1), inside it
+    after_index = [[] for _ in range(levels + 1)]   # lines run per index of loop t after its inner loops (levels: once, last)
     before_inner = []       # lines run before each run of the innermost loop
     body = []               # the innermost loop's lines, per entry j
 
@@ -169,6 +204,27 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
         before_inner.append(f"{view}_run = {view}[{first}:{first} + n0]")
         return f"{view}_run[j]"
 
+    def position(view, repeats):
+        """Where `view` (a broadcast's input, a reduction's output) is at the start of a run of the innermost
+        loop: its stride per loop that does not repeat it (the entries of the inner ones that do not), then its
+        position loop by loop from the outermost."""
+        stride = "1"
+        for t in range(levels):
+            if not repeats[t]:
+                setup.append(f"{view}_s{t} = {stride}")
+                stride = f"{view}_s{t} * n{t}"
+        at = "0"
+        for t in range(levels - 1, 0, -1):
+            if not repeats[t]:
+                per_index[t].append(f"{view}_at{t} = {at} + i{t} * {view}_s{t}")
+                at = f"{view}_at{t}"
+        return at
+
+    # the value the reduction reads is stored only where another row or a later use reads it
+    reduced = int(run[r1, oc.IN0]) if reduction else -1
+    others = np.concatenate([run[:r0], run[r1 + 1:]])[:, [oc.IN0, oc.IN1, oc.IN2]]
+    unstored = reduced if reduction and not kept[reduced] and not (others == reduced).any() else -1
+
     values = {}         # slot -> the expression of its entry's value in the innermost loop
     read_offsets, stored_offsets = set(), set()     # of the runs read and stored entry by entry
     for k, r in enumerate(range(r0, r1)):
@@ -177,23 +233,12 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
         if op == oc.TILE:
             repeats = tile_repeats[tiles.index(r)]
             offset = argument(run[r, oc.IN0_OFF])
-            setup.append(f"x{k} = arena[{offset}:{offset} + {int(slots[run[r, oc.IN0], oc.SIZE])}]")
-            # the input's stride per loop that does not repeat it: the entries of the inner ones that do not
-            stride = "1"
-            for t in range(levels):
-                if not repeats[t]:
-                    setup.append(f"s{k}_{t} = {stride}")
-                    stride = f"s{k}_{t} * n{t}"
-            # its position at the start of the innermost loop's runs, loop by loop from the outermost
-            position = "0"
-            for t in range(levels - 1, 0, -1):
-                if not repeats[t]:
-                    per_index[t].append(f"x{k}_at{t} = {position} + i{t} * s{k}_{t}")
-                    position = f"x{k}_at{t}"
+            setup.append(f"x{k} = arena[{offset}:{offset} + {argument(slots[run[r, oc.IN0], oc.SIZE])}]")
+            at = position(f"x{k}", repeats)
             if repeats[0]:      # one value per run of the innermost loop
-                before_inner.append(f"{name} = x{k}[{position}]")
+                before_inner.append(f"{name} = x{k}[{at}]")
             else:
-                body.append(f"{name} = {entries(f'x{k}', position)}")
+                body.append(f"{name} = {entries(f'x{k}', at)}")
         else:
             operands = []
             for c, column in ((oc.IN0, oc.IN0_OFF), (oc.IN1, oc.IN1_OFF), (oc.IN2, oc.IN2_OFF)):
@@ -211,11 +256,40 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
             expression = _ENTRY_RULES[op].format(*operands, p=f"p{k}")
             body.append(f"{name} = np.{scalar}({expression})")
         values[int(run[r, oc.OUT])] = name
-        if places[r, 0] < 0:        # the arena keeps its value
+        if places[r, 0] < 0 and run[r, oc.OUT] != unstored:        # the arena keeps its value
             offset = argument(run[r, oc.OUT_OFF])
             setup.append(f"o{k} = arena[{offset}:{offset} + size]")
             body.append(f"{entries(f'o{k}', 'first')} = {name}")
             stored_offsets.add(int(run[r, oc.OUT_OFF]))
+            if run[r, oc.OUT] == reduced:
+                reduced_view = f"o{k}"
+    if reduction:
+        op, (outer, n, inner), repeats = int(run[r1, oc.OP]), reduction, tile_repeats[-1]
+        offset = argument(run[r1, oc.OUT_OFF])
+        setup.append(f"red = arena[{offset}:{offset} + {argument(outer * inner)}]")
+        stored_offsets.add(int(run[r1, oc.OUT_OFF]))
+        value = values[reduced]
+        if inner == 1:      # each row's entries in the arena's rows or a row buffer, then the row's reduction
+            row_level = spans.index(n) if n in spans else levels
+            row_first, row_size = (f"first{row_level}", f"span{row_level}") if row_level < levels else ("0", "size")
+            if reduced == unstored:
+                setup.append(f"row = np.empty({row_size}, np.{scalar})")
+                before_inner.append(f"row_run = row[first - {row_first}:first - {row_first} + n0]")
+                body.append(f"row_run[j] = {value}")
+                reduced_view = "row"
+            else:
+                reduced_view = f"{reduced_view}[{row_first}:{row_first} + {row_size}]"
+            setup.append("work = new_work()")
+            after_index[row_level].append(f"red[{row_first} // {row_size}] = reduce_row({op}, {reduced_view}, work)")
+        else:               # entry by entry into the outputs, each reduced axis's entries in order
+            setup.append(f"red[:] = {'0' if op == oc.SUM else 'np.inf' if op == oc.MIN else '-np.inf'}")
+            at = position("red", repeats)       # the innermost loop runs along the kept inner axis
+            before_inner.append(f"red_run = red[{at}:{at} + n0]")
+            if op == oc.SUM:
+                body.append(f"red_run[j] = red_run[j] + {value}")
+            else:           # reduction._further
+                beats = f"{value} {'<' if op == oc.MIN else '>'} red_run[j] or {value} != {value}"
+                body.append(f"red_run[j] = {value} if {beats} else red_run[j]")
     # LLVM vectorises the innermost loop behind runtime checks that no run it stores overlaps a run it reads. A
     # value written over its input (layout._in_place) fails them at every call and runs the loop unvectorised,
     # where the block kernels name one array for both (W6b's Adam steps 1.25x slower than block by block): such
@@ -234,6 +308,8 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
     lines += [f"{indent}{line}" for line in before_inner]
     lines.append(f"{indent}for j in range(n0):")
     lines += [f"{indent}    {line}" for line in body]
+    for t in range(1, levels + 1):      # after the inner loops, innermost first, each at its loop's body
+        lines += ["    " * (1 + levels - t) + line for line in after_index[t]]
     source = "\n".join([
         '"""A fused group\'s kernel, generated by jitape_kernels.cpu.fusion."""',
         "import math",
@@ -241,7 +317,9 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
         "import numpy as np",
         "from numba import carray",
         "",
+        "from jitape_kernels.cpu.reduction import reduce_row",
         "from jitape_kernels.cpu.vectormath import exp_entry, log_entry, sigmoid_entry, tanh_entry",
+        "from jitape_kernels.cpu.workspace import new_work",
         "",
         "",
         "def kernel(arena_at, arena_n, iattr_at, iattr_n, fattr_at, fattr_n, args_at, args_n):",
@@ -252,7 +330,7 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype):
         *lines,
         "",
     ])
-    return source, args
+    return source, args, reduction is not None
 
 
 def _compiled(source, dtype):
@@ -284,20 +362,21 @@ def _compiled(source, dtype):
 
 class GroupKernels:
     """The generated kernels of a run layout's fused groups: the table and arguments a replay reads
-    (interpreter._forward_rows), with every address 0 until compile() fills them in place."""
+    (interpreter._forward_rows), with every address 0 until compile() fills them in place. kept: per slot,
+    whether its value is read after the forward rows (by gradient steps, or as an output, guard or write)."""
 
-    def __init__(self, run, slots, iattr, fused, places, dtype):
+    def __init__(self, run, slots, iattr, fused, places, dtype, kept):
         self.dtype = np.dtype(dtype)
         self.table = np.zeros((run.shape[0], KERNEL_COLUMNS), np.int64)
         self._pending = []      # (row, source)
         self._kernels = []      # the compiled CFuncs, alive while the table holds their addresses
         args = []
         for r0 in np.flatnonzero(fused > np.arange(fused.size)).tolist():
-            generated = _group_source(run, slots, iattr, places, r0, int(fused[r0]), self.dtype)
+            generated = _group_source(run, slots, iattr, places, r0, int(fused[r0]), self.dtype, kept)
             if generated is None:
                 continue
-            source, group_args = generated
-            self.table[r0, KERNEL_ARGS:] = len(args), len(group_args)
+            source, group_args, absorbs = generated
+            self.table[r0, KERNEL_ARGS:] = len(args), len(group_args), int(fused[r0]) + absorbs
             args += group_args
             self._pending.append((r0, source))
         self.args = np.array(args, np.int64)

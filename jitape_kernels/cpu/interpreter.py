@@ -18,7 +18,7 @@ from .elementwise import (_put, binary_forward, binary_partials, binary_reverse,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
 from . import linalg, reduction
-from .fusion import KERNEL_ADDRESS, KERNEL_ARG_COUNT, KERNEL_ARGS, call_kernel
+from .fusion import KERNEL_ADDRESS, KERNEL_ARG_COUNT, KERNEL_ARGS, KERNEL_END, call_kernel
 from .linalg import inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward, solve_reverse
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
 from .shape import broadcast_block, contiguous_run, mapped_forward, mapped_linear, moved_forward, moved_linear
@@ -213,10 +213,11 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
                 start = kernels[r, KERNEL_ARGS]
                 call_kernel(kernels[r, KERNEL_ADDRESS], arena, iattr, fattr,
                             kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]])
+                r = kernels[r, KERNEL_END]      # past the group, and the reduction of it the kernel computed
             else:
                 fused_forward(code, r, fused[r], slots, iattr, fattr, arena, places, scratch,
                               slots[code[r, oc.OUT], oc.SIZE], work)
-            r = fused[r]
+                r = fused[r]
             continue
         if scalars[r, SC_RUN] > r:
             stop = min(scalars[r, SC_RUN], r1)
