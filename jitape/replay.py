@@ -267,7 +267,7 @@ class Concrete:
             move[2] = self._offsets[move[2]]
         self._moves = np.array(moves, np.int64).reshape(-1, 4)
         self._step_groups, self._step_places, n_reverse = reverse_groups(self._step_code, self._steps, self.slots,
-                                                                         self._moves)
+                                                                         self.iattr, self._moves)
         self._run_code, self._step_code, n_stash = logsumexp_stashes(self._run_code, self._step_code, self.slots)
         self._scalars = scalar_runs(self._run_code, self.slots, self._steps[:, 0])
         self._step_scalars = scalar_runs(self._step_code, self.slots, steps=self._steps)
@@ -473,7 +473,7 @@ class Concrete:
                                                            step_code.copy(), self._live, elide_copies=False)
         self.purpose_layouts[purpose] = fused, places
         moves = np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)])
-        step_groups, step_places, n_reverse = reverse_groups(step_code, steps, self.slots, moves)
+        step_groups, step_places, n_reverse = reverse_groups(step_code, steps, self.slots, self.iattr, moves)
         run_code, n_stash = self._run_code, 0
         if columns == 1:
             run_code, step_code, n_stash = logsumexp_stashes(run_code, step_code, self.slots)

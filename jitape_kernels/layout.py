@@ -159,10 +159,11 @@ def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True
     return run, offsets, positions, fused, places, n_scratch
 
 
-def _reverse_fusable(code, slots):
+def _reverse_fusable(code, slots, iattr):
     """Per derivative row, the size its fused reverse group runs over, or 0 where it cannot join one: an
-    elementwise row (unary, binary, where) whose inputs have its size, or a SUM (its cotangent a broadcast of the
-    reduced one's), of at least FUSE_MIN_SIZE entries."""
+    elementwise row (unary, binary, where) whose inputs have its size, a SUM (its cotangent a broadcast of the
+    reduced one's), or a broadcast whose reverse sums entry by entry (_sums_in_order), of at least FUSE_MIN_SIZE
+    entries."""
     op = code[:, oc.OP]
     size = slots[code[:, oc.OUT], oc.SIZE]
     elementwise = (op < oc.COMPARE_FIRST) | (op == oc.WHERE)      # compares carry no cotangent
@@ -171,10 +172,29 @@ def _reverse_fusable(code, slots):
         elementwise &= ~present | (slots[np.maximum(code[:, c], 0), oc.SIZE] == size)
     reduced = (op == oc.SUM) & (slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE] > size)
     size = np.where(reduced, slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE], size)
-    return np.where((elementwise | reduced) & (size >= FUSE_MIN_SIZE), size, 0)
+    summed = np.array([op[r] == oc.TILE and _sums_in_order(iattr, int(code[r, oc.ATTR])) for r in range(op.size)],
+                      np.bool_)
+    return np.where((elementwise | reduced | summed) & (size >= FUSE_MIN_SIZE), size, 0)
 
 
-def reverse_groups(step_code, steps, slots, moves):
+def _sums_in_order(iattr, a):
+    """Whether TILE a's reverse adds its cotangent's entries to its input's in order (shape.mapped_linear's
+    _broadcast_walk over a broadcast whose innermost axis copies the input), so a fused reverse group adds them
+    block by block with the same bits. Not a fill's (a row sum in lanes), a short bias's (_short_rows_sum: each
+    entry's repeats summed apart, below shape._SHORT entries), one repeating along its innermost axis (row sums),
+    nor a tile of whole blocks."""
+    rank = int(iattr[a])
+    in_dims, out_dims = iattr[a + 1:a + 1 + rank], iattr[a + 1 + rank:a + 1 + 2 * rank]
+    if not np.all((in_dims == 1) | (in_dims == out_dims)) or in_dims.prod() == 1:
+        return False
+    leading = np.flatnonzero(in_dims != 1)[0]
+    if np.all(in_dims[leading:] == out_dims[leading:]) and in_dims.prod() < 8:
+        return False
+    innermost = np.flatnonzero(out_dims != 1)[-1]
+    return bool(in_dims[innermost] == out_dims[innermost])
+
+
+def reverse_groups(step_code, steps, slots, iattr, moves):
     """(groups, places, scratch buffers) for the reverse sweeps of gradient steps with one column
     (interpreter.fused_reverse): runs of consecutive derivative rows of one step that _reverse_fusable gives one
     size run as one group, block by block, so a block's cotangents stay in cache from the row that writes them
@@ -188,7 +208,7 @@ def reverse_groups(step_code, steps, slots, moves):
     n = step_code.shape[0]
     groups = np.zeros(n, np.int64)
     places = np.full((n, 4), -1, np.int64)
-    group_size = _reverse_fusable(step_code, slots)
+    group_size = _reverse_fusable(step_code, slots, iattr)
     n_scratch = 0
     for s in range(steps.shape[0]):
         lo, hi = int(steps[s, 1]), int(steps[s, 2])
@@ -201,10 +221,19 @@ def reverse_groups(step_code, steps, slots, moves):
             for r in np.flatnonzero((rows[:, c] >= 0) & (rows[:, c + oc.IN0_ADJ - oc.IN0] >= 0)).tolist():
                 writers.setdefault(int(rows[r, c]), []).append(lo + r)
         kept = {int(steps[s, 7])} | set(moves[steps[s, 5]:steps[s, 6], 3].tolist())
+        # a broadcast's input whose cotangent other rows write too: block by block, their sums would interleave
+        for r in np.flatnonzero((group_size[lo:hi] > 0) & (rows[:, oc.OP] == oc.TILE)).tolist():
+            if len(writers.get(int(rows[r, oc.IN0]), ())) > 1:
+                group_size[lo + r] = 0
         top = hi - 1
         while top >= lo:
             bottom = top
+            summed = set()      # the inputs of the group's broadcasts: complete only after its last block
             while bottom > lo and group_size[top] and group_size[bottom - 1] == group_size[top]:
+                if step_code[bottom, oc.OP] == oc.TILE:
+                    summed.add(int(step_code[bottom, oc.IN0]))
+                if int(step_code[bottom - 1, oc.OUT]) in summed:      # reads such a cotangent: a group of its own
+                    break
                 bottom -= 1
             if top > bottom:
                 groups[top] = top - bottom + 1

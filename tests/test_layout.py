@@ -197,8 +197,8 @@ def _bound_arrays(concrete):
     return dict(zip(inspect.signature(replay_sweep.py_func).parameters, arrays))
 
 
-def _no_reverse_groups(step_code, steps, slots, moves):
-    groups, places, _ = layout.reverse_groups(step_code, steps, slots, moves)
+def _no_reverse_groups(step_code, steps, slots, iattr, moves):
+    groups, places, _ = layout.reverse_groups(step_code, steps, slots, iattr, moves)
     return np.zeros_like(groups), places, 0
 
 
@@ -216,7 +216,15 @@ REVERSE_CASES = {
     "chain": lambda x, b: jt.reduce_sum(jt.tanh(jt.exp(x * 0.1) * b + x) * x - jt.sqrt(x * x + 1.0) / (b + 2.0)),
     "where": lambda x, b: jt.reduce_sum(jt.where(x > b, jt.sin(x) * b, x * x - b) * jt.stop_gradient(x)),
     "sums": lambda x, b: _sum_rows(x * b + jt.log1p(x * x)),
+    "broadcasts": lambda x, b: _broadcasts(x * b + jt.log1p(x * x)),
 }
+
+
+def _broadcasts(x):
+    """Broadcasts whose reverses join a fused group (their innermost axis copies the input: summed in order) and
+    one whose reverse does not (its innermost axis repeats: row sums)."""
+    joins = jt.square(x - jt.reduce_sum(x, axis=0)) * jt.exp(x * 0.1 - jt.reduce_max(x, axis=(0, 1)))
+    return jt.reduce_sum(joins * 0.5 + (x - jt.reduce_mean(x, axis=2, keepdims=True)))
 
 
 @pytest.mark.parametrize("n", [FUSE_MIN_SIZE - 2, FUSE_MIN_SIZE + 2 * BLOCK + 4])
@@ -249,6 +257,13 @@ def test_fused_reverse_groups_equal_the_row_by_row_sweep_bit_for_bit(monkeypatch
     assert np.any(groups > 1) == (x.numpy().size >= FUSE_MIN_SIZE)
     if np.any(groups > 1):
         assert np.any(places[:, 0] >= 0)        # a cotangent only its group writes and reads lives in scratch
+        in_groups = np.zeros(groups.size, np.bool_)
+        for r in np.flatnonzero(groups > 1).tolist():
+            in_groups[r - groups[r] + 1:r + 1] = True
+        tiles = arrays["step_code"][:, oc.OP] == oc.TILE
+        assert np.any(in_groups & tiles) == (case == "broadcasts")
+        if case == "broadcasts":
+            assert np.any(tiles & ~in_groups)       # a fill's and a row sum's reverses stay rows of their own
 
 
 def test_a_traced_gradient_of_an_intermediate_reads_its_cotangent_from_the_adjoint_rows():

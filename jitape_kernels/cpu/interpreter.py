@@ -21,7 +21,8 @@ from . import linalg, reduction
 from .fusion import KERNEL_ADDRESS, KERNEL_ARG_COUNT, KERNEL_ARGS, KERNEL_END, call_kernel
 from .linalg import inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward, solve_reverse
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
-from .shape import broadcast_block, contiguous_run, mapped_forward, mapped_linear, moved_forward, moved_linear
+from .shape import (broadcast_block, broadcast_sum_block, contiguous_run, mapped_forward, mapped_linear,
+                    moved_forward, moved_linear)
 from .unowned import at_address, unowned
 from .workspace import new_work
 
@@ -423,7 +424,7 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                     continue
                 if groups[r] > 1:
                     fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch,
-                                  scalars)
+                                  scalars, work)
                     r -= groups[r]
                     continue
                 if _stashes(code, r):
@@ -435,9 +436,10 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
 
 
 @njit(cache=True, error_model="numpy")
-def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars):
+def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work):
     """Rows r, r-1, .., r-count+1 of a fused reverse group (jitape_kernels.layout.reverse_groups) with one column:
-    elementwise rows of one size and SUMs reading that size, BLOCK entries at a time, the cotangents that only
+    elementwise rows of one size, SUMs reading that size and broadcasts to it, BLOCK entries at a time (a
+    broadcast's input's cotangent summed block by block in the adjoint rows), the cotangents that only
     the group writes and reads in scratch buffers. Which rows run and which inputs they write first are the
     step's planned flags (scalars[:, SC_FLAGS]: planning.reverse_flags), so every block runs the same rules; the
     inputs they write are marked in `written` for the rows and moves after the group. The values the rules read
@@ -447,7 +449,8 @@ def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, pla
             for c in range(3):
                 if code[q, oc.IN0 + c] >= 0 and code[q, oc.IN0_ADJ + c] >= 0:
                     written[code[q, oc.IN0 + c]] = True
-    size = slots[code[r, oc.IN0], oc.SIZE]
+    # the larger of the first row's operands: a SUM's input, a TILE's output
+    size = max(slots[code[r, oc.IN0], oc.SIZE], slots[code[r, oc.OUT], oc.SIZE])
     for start in range(0, size, BLOCK):
         stop = min(start + BLOCK, size)
         for q in range(r, r - count, -1):
@@ -456,6 +459,16 @@ def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, pla
                 continue
             op = code[q, oc.OP]
             has0 = code[q, oc.IN0_ADJ] >= 0
+            if op == oc.TILE:       # its input smaller: its cotangent all in the adjoint rows, zeroed first if set
+                if has0:
+                    j0 = code[q, oc.IN0_ADJ]
+                    g_in = flat[j0:j0 + slots[code[q, oc.IN0], oc.SIZE]]
+                    if start == 0 and flags & 2:
+                        g_in[:] = 0
+                    broadcast_sum_block(iattr, code[q, oc.ATTR],
+                                        _operand(code, q, oc.OUT, oc.OUT_ADJ, places, flat, scratch, start, stop),
+                                        g_in, start, work)
+                continue
             g0 = _operand(code, q, oc.IN0, oc.OUT_ADJ, places, flat, scratch, start, stop) if has0 else flat[:0]
             if op == oc.SUM:
                 a = code[q, oc.ATTR]

@@ -408,6 +408,31 @@ def mapped_forward(op, iattr, a, x, out, work):
 
 
 @njit(cache=True, error_model="numpy")
+def broadcast_sum_block(iattr, a, g_out, g_in, start, work):
+    """g_in += TILE a's transposed map of its cotangent's entries [start, start + g_out.size) (a fused reverse
+    group's block): each entry added to its input entry's in order, as _broadcast_walk adds them for a broadcast
+    whose innermost axis copies the input, the only ones layout._sums_in_order lets join a group (the same
+    bits). Run by run along that axis; regions 0-2 of `work`."""
+    dims, steps = broadcast_axes(iattr, a, 1, work)
+    m = dims.size
+    run = dims[m - 1]
+    stop = start + g_out.size
+    e = start
+    while e < stop:
+        p, j = e // run, e % run
+        row, rest = 0, p        # the input row that run p reads: its outer axes' indices times their steps
+        for d in range(m - 2, -1, -1):
+            row += (rest % dims[d]) * steps[d]
+            rest //= dims[d]
+        n = min(run - j, stop - e)
+        into = g_in[row + j:row + j + n]
+        block = g_out[e - start:e - start + n]
+        for t in range(n):
+            into[t] += block[t]
+        e += n
+
+
+@njit(cache=True, error_model="numpy")
 def _short_rows_sum(repeated, single):
     """single[e] += the sum of repeated[j*n + e] over j, for rows of n < _SHORT entries: each entry's repeats
     summed in a register (in memory, the loop would be a chain of loads and stores)."""
