@@ -6,12 +6,13 @@
 import argparse
 import importlib.metadata
 import multiprocessing
+import multiprocessing.connection
 import os
 import platform
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import jitape as jt
@@ -107,16 +108,32 @@ def warmup(args):
             compile_step()
             _progress(done, len(steps), f"compiled {name}", sys.stderr)
     else:
-        # spawned, not forked: a forked child would inherit this process's numba and LLVM state mid-use
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            names = {pool.submit(cpu.run_warmup_step, i): name for i, (name, _) in enumerate(steps)}
-            for done, finished in enumerate(as_completed(names), 1):
-                finished.result()
-                _progress(done, len(steps), f"compiled {names[finished]}", sys.stderr)
+        # leaving the pool (done, Ctrl-C, a failed step) terminates its workers: no wait for compiles under way
+        with _worker_pool(jobs) as pool:
+            for done, index in enumerate(pool.imap_unordered(_warmup_step, range(len(steps))), 1):
+                _progress(done, len(steps), f"compiled {steps[index][0]}", sys.stderr)
     elapsed = time.perf_counter() - start
     print(f"compiled and cached {len(steps)} kernels in {elapsed:.1f} s on {jobs} "
           f"{'core' if jobs == 1 else 'cores'} (cache: {jitape_kernels.cache_dir()})")
     return 0
+
+
+def _worker_pool(jobs):
+    # spawned, not forked: a forked child would inherit this process's numba and LLVM state mid-use
+    return multiprocessing.get_context("spawn").Pool(jobs, initializer=_end_with_parent)
+
+
+def _warmup_step(index):
+    cpu.run_warmup_step(index)
+    return index
+
+
+def _end_with_parent():
+    """A warmup worker's start: a thread that ends the worker when the `jitape warmup` that spawned it ends
+    (killed, or interrupted), where it would compile on for minutes."""
+    parent = multiprocessing.parent_process()
+    threading.Thread(target=lambda: (multiprocessing.connection.wait([parent.sentinel]), os._exit(1)),
+                     daemon=True).start()
 
 
 def _positive(text):

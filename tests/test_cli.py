@@ -1,8 +1,10 @@
 """The `jitape` command line: each subcommand in-process, and `python -m jitape` once."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,10 +59,56 @@ def test_warmup_compiles_in_worker_processes_every_kernel_a_first_run_calls(caps
     assert [line for line in first_uses if line.startswith("missed:")] == []
 
 
+def _children(pid):
+    """The processes whose parent is `pid` and that have not ended (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:         # ended meanwhile
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _ended(pids):
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":        # an ended process nobody reaped yet counts as ended
+            return False
+    return True
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["killed", "interrupted"])
+def test_a_killed_warmup_s_workers_end_with_it(tmp_path, how):
+    """Killed (or interrupted) while its workers compile, a warmup takes them with it: orphaned, they compiled on
+    for minutes."""
+    environment = dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path))      # a cold cache: minutes of compiles
+    warmup = subprocess.Popen([sys.executable, "-m", "jitape", "warmup", "--jobs", "2"], env=environment,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := _children(warmup.pid)) < 3 and time.monotonic() < deadline:   # two and a tracker
+            time.sleep(0.2)
+        assert len(workers) >= 3, f"the warmup started {workers}"
+        time.sleep(2)       # their imports done, compiling
+    finally:
+        warmup.send_signal(how)
+        warmup.wait(30)
+    deadline = time.monotonic() + 30
+    while not _ended(workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ended(workers)
+
+
 def test_warmup_on_one_core_compiles_in_its_own_process(capsys, monkeypatch):
     def no_pool(*args, **kwargs):
         raise AssertionError("a one-core warmup started worker processes")
-    monkeypatch.setattr(cli, "ProcessPoolExecutor", no_pool)
+    monkeypatch.setattr(cli, "_worker_pool", no_pool)
     assert cli.main(["warmup", "-j", "1"]) == 0
     assert " on 1 core " in capsys.readouterr().out
 
