@@ -162,7 +162,8 @@ def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True
 def _reverse_fusable(code, slots, iattr):
     """Per derivative row, the size its fused reverse group runs over, or 0 where it cannot join one: an
     elementwise row (unary, binary, where) whose inputs have its size, a SUM (its cotangent a broadcast of the
-    reduced one's), or a broadcast whose reverse sums entry by entry (_sums_in_order), of at least FUSE_MIN_SIZE
+    reduced one's), a MAX or MIN along the last axis (its tied extrema's shares, worked out before the group's
+    blocks), or a broadcast whose reverse sums entry by entry (_sums_in_order), of at least FUSE_MIN_SIZE
     entries."""
     op = code[:, oc.OP]
     size = slots[code[:, oc.OUT], oc.SIZE]
@@ -170,7 +171,9 @@ def _reverse_fusable(code, slots, iattr):
     for c in (oc.IN0, oc.IN1, oc.IN2):
         present = code[:, c] >= 0
         elementwise &= ~present | (slots[np.maximum(code[:, c], 0), oc.SIZE] == size)
-    reduced = (op == oc.SUM) & (slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE] > size)
+    along_last = np.array([iattr[code[r, oc.ATTR] + 2] == 1 if op[r] in (oc.MAX, oc.MIN) else False
+                           for r in range(op.size)], np.bool_)
+    reduced = ((op == oc.SUM) | along_last) & (slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE] > size)
     size = np.where(reduced, slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE], size)
     summed = np.array([op[r] == oc.TILE and _sums_in_order(iattr, int(code[r, oc.ATTR])) for r in range(op.size)],
                       np.bool_)
@@ -221,9 +224,12 @@ def reverse_groups(step_code, steps, slots, iattr, moves):
             for r in np.flatnonzero((rows[:, c] >= 0) & (rows[:, c + oc.IN0_ADJ - oc.IN0] >= 0)).tolist():
                 writers.setdefault(int(rows[r, c]), []).append(lo + r)
         kept = {int(steps[s, 7])} | set(moves[steps[s, 5]:steps[s, 6], 3].tolist())
-        # a broadcast's input whose cotangent other rows write too: block by block, their sums would interleave
-        for r in np.flatnonzero((group_size[lo:hi] > 0) & (rows[:, oc.OP] == oc.TILE)).tolist():
-            if len(writers.get(int(rows[r, oc.IN0]), ())) > 1:
+        # a broadcast's input whose cotangent other rows write too: block by block, their sums would interleave;
+        # an extremum whose cotangent the step keeps: its shares are written over it
+        for r in np.flatnonzero(group_size[lo:hi] > 0).tolist():
+            if rows[r, oc.OP] == oc.TILE and len(writers.get(int(rows[r, oc.IN0]), ())) > 1:
+                group_size[lo + r] = 0
+            if rows[r, oc.OP] in (oc.MAX, oc.MIN) and int(rows[r, oc.OUT]) in kept:
                 group_size[lo + r] = 0
         top = hi - 1
         while top >= lo:

@@ -217,7 +217,16 @@ REVERSE_CASES = {
     "where": lambda x, b: jt.reduce_sum(jt.where(x > b, jt.sin(x) * b, x * x - b) * jt.stop_gradient(x)),
     "sums": lambda x, b: _sum_rows(x * b + jt.log1p(x * x)),
     "broadcasts": lambda x, b: _broadcasts(x * b + jt.log1p(x * x)),
+    "extrema": lambda x, b: _extrema(x * b + jt.log1p(x * x)),
 }
+
+
+def _extrema(x):
+    """Maxima and minima along the last axis (whose reverses join a fused group), every row's extremum tied
+    twice, and one along another axis."""
+    twice = jt.concat([jt.exp(x * 0.5), jt.exp(x * 0.5)], axis=2)
+    along_last = jt.reduce_max(twice, axis=2) * 2.0 + jt.reduce_min(jt.square(x - 3.0), axis=2)
+    return jt.reduce_sum(along_last) + jt.reduce_sum(jt.reduce_max(x, axis=1))
 
 
 def _broadcasts(x):
@@ -262,6 +271,8 @@ def test_fused_reverse_groups_equal_the_row_by_row_sweep_bit_for_bit(monkeypatch
             in_groups[r - groups[r] + 1:r + 1] = True
         tiles = arrays["step_code"][:, oc.OP] == oc.TILE
         assert np.any(in_groups & tiles) == (case == "broadcasts")
+        extrema = np.isin(arrays["step_code"][:, oc.OP], [oc.MAX, oc.MIN])
+        assert np.any(in_groups & extrema) == (case == "extrema")
         if case == "broadcasts":
             assert np.any(tiles & ~in_groups)       # a fill's and a row sum's reverses stay rows of their own
 

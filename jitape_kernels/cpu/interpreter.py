@@ -438,8 +438,9 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
 @njit(cache=True, error_model="numpy")
 def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work):
     """Rows r, r-1, .., r-count+1 of a fused reverse group (jitape_kernels.layout.reverse_groups) with one column:
-    elementwise rows of one size, SUMs reading that size and broadcasts to it, BLOCK entries at a time (a
-    broadcast's input's cotangent summed block by block in the adjoint rows), the cotangents that only
+    elementwise rows of one size, SUMs, MAXs and MINs reading that size and broadcasts to it, BLOCK entries at a
+    time (a broadcast's input's cotangent summed block by block in the adjoint rows, an extremum's shares worked
+    out before the blocks), the cotangents that only
     the group writes and reads in scratch buffers. Which rows run and which inputs they write first are the
     step's planned flags (scalars[:, SC_FLAGS]: planning.reverse_flags), so every block runs the same rules; the
     inputs they write are marked in `written` for the rows and moves after the group. The values the rules read
@@ -449,6 +450,12 @@ def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, pla
             for c in range(3):
                 if code[q, oc.IN0 + c] >= 0 and code[q, oc.IN0_ADJ + c] >= 0:
                     written[code[q, oc.IN0 + c]] = True
+            op = code[q, oc.OP]
+            if (op == oc.MAX or op == oc.MIN) and code[q, oc.IN0_ADJ] >= 0:     # each row's share, first
+                go, n_out = code[q, oc.OUT_ADJ], slots[code[q, oc.OUT], oc.SIZE]
+                reduction.extremum_shares(_entries(code, q, oc.IN0_OFF, arena, 0, slots[code[q, oc.IN0], oc.SIZE]),
+                                          _entries(code, q, oc.OUT_OFF, arena, 0, n_out), flat[go:go + n_out],
+                                          iattr[code[q, oc.ATTR] + 1])
     # the larger of the first row's operands: a SUM's input, a TILE's output
     size = max(slots[code[r, oc.IN0], oc.SIZE], slots[code[r, oc.OUT], oc.SIZE])
     for start in range(0, size, BLOCK):
@@ -475,6 +482,14 @@ def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, pla
                 go = code[q, oc.OUT_ADJ]
                 reduction.sum_transposed_block(flat[go:go + slots[code[q, oc.OUT], oc.SIZE]], g0, iattr[a + 1],
                                                iattr[a + 2], start, flags & 2 != 0)
+                continue
+            if op == oc.MAX or op == oc.MIN:
+                if has0:
+                    go, n_out = code[q, oc.OUT_ADJ], slots[code[q, oc.OUT], oc.SIZE]
+                    reduction.extremum_transposed_block(_entries(code, q, oc.IN0_OFF, arena, start, stop),
+                                                        _entries(code, q, oc.OUT_OFF, arena, 0, n_out),
+                                                        flat[go:go + n_out], g0, iattr[code[q, oc.ATTR] + 1], start,
+                                                        flags & 2 != 0)
                 continue
             g_out = _operand(code, q, oc.OUT, oc.OUT_ADJ, places, flat, scratch, start, stop)
             x = _entries(code, q, oc.IN0_OFF, arena, start, stop)

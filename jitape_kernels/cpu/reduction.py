@@ -586,6 +586,38 @@ def sum_transposed_block(g_out, g_in, n, inner, start, assign):
 
 
 @njit(cache=True, error_model="numpy")
+def extremum_shares(x, y, g_out, n):
+    """A MAX/MIN over rows of n entries in a fused reverse group, before its blocks: each reduced entry's
+    cotangent in g_out replaced by its tied extrema's share, as _extremum_transposed divides it (the same bits;
+    nothing reads that cotangent after its reduction's reverse)."""
+    for o in range(g_out.size):
+        row = x[o * n:(o + 1) * n]
+        ties = 0
+        for a in range(n):
+            ties += row[a] == y[o]
+        g_out[o] = g_out[o] / g_out.dtype.type(max(ties, 1))
+
+
+@njit(cache=True, error_model="numpy")
+def extremum_transposed_block(x, y, shares, g_in, n, start, assign):
+    """Entries [start, start + g_in.size) of a MAX/MIN's cotangent to its input (rows of n entries, x their
+    values from `start`): its row's share (extremum_shares) on the extrema, 0 elsewhere, set (assign) or added to
+    g_in, as _extremum_transposed writes them; run by run of one row's entries (see sum_transposed_block)."""
+    one, zero = shares.dtype.type(1), shares.dtype.type(0)
+    stop = start + g_in.size
+    e = start
+    while e < stop:
+        o = e // n
+        run_stop = min((o + 1) * n, stop)
+        share, extremum = shares[o], y[o]
+        run = g_in[e - start:run_stop - start]
+        values = x[e - start:run_stop - start]
+        for i in range(run.size):
+            _put(run, i, share * (one if values[i] == extremum else zero), assign)
+        e = run_stop
+
+
+@njit(cache=True, error_model="numpy")
 def _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign):
     """SUM's Jacobian is all ones: out += sum of in (tangents) or, transposed, in += out broadcast
     (cotangents), with no partials computed; K = 1 gets its own loops, so no column loop runs per entry."""
