@@ -10,6 +10,7 @@ import scipy.special
 import jitape as jt
 from jitape.execute import lowered, source_jacobians
 from jitape_kernels import opcodes as oc
+from jitape_kernels.cpu import reduction
 from jitape_kernels.cpu.reduction import SHORT_EXTREMA, SHORT_ROWS, short_row_sums
 from jitape_kernels.cpu.workspace import LANES
 from tests.test_elementwise import _same_bits
@@ -166,6 +167,21 @@ def test_replayed_row_extrema_equal_numpy_s_with_nan_anywhere(reduce, reference,
         expected = np.zeros_like(x0)
         expected[0, np.argmax(x0[0]) if reduce is jt.reduce_max else np.argmin(x0[0])] = 1.0
         np.testing.assert_array_equal(g(x).numpy(), expected)
+
+
+@pytest.mark.parametrize("largest", [True, False], ids=["max", "min"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_short_row_s_extremum_compared_without_nan_tests_has_the_bits_of_the_one_with_them(largest, dtype):
+    """Signed zeros tied anywhere, infinities, NaN in some rows, every length below SHORT_EXTREMA: the loop that
+    only notes NaNs gives the extremum (which of two tied zeros included) the loop testing each value gives."""
+    rng = np.random.default_rng(4)
+    init = dtype(-np.inf if largest else np.inf)
+    for n in range(1, SHORT_EXTREMA, 3):
+        x2 = rng.choice(np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, 0.5], dtype), (24, n))
+        x2[::5, rng.integers(n)] = np.nan
+        fast = np.array([reduction._short_row_extremum(x2, o, largest, init) for o in range(24)], dtype)
+        tested = np.array([reduction._row_extremum_with_nan(x2, o, largest, init) for o in range(24)], dtype)
+        _same_bits(fast, tested)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
