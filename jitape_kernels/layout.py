@@ -171,12 +171,14 @@ def _reverse_fusable(code, slots, iattr):
     for c in (oc.IN0, oc.IN1, oc.IN2):
         present = code[:, c] >= 0
         elementwise &= ~present | (slots[np.maximum(code[:, c], 0), oc.SIZE] == size)
-    along_last = np.array([iattr[code[r, oc.ATTR] + 2] == 1 if op[r] in (oc.MAX, oc.MIN) else False
-                           for r in range(op.size)], np.bool_)
+    along_last = np.zeros(op.size, np.bool_)
+    for r in np.flatnonzero((op == oc.MAX) | (op == oc.MIN)).tolist():
+        along_last[r] = iattr[code[r, oc.ATTR] + 2] == 1
     reduced = ((op == oc.SUM) | along_last) & (slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE] > size)
     size = np.where(reduced, slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE], size)
-    summed = np.array([op[r] == oc.TILE and _sums_in_order(iattr, int(code[r, oc.ATTR])) for r in range(op.size)],
-                      np.bool_)
+    summed = np.zeros(op.size, np.bool_)
+    for r in np.flatnonzero((op == oc.TILE) & (size >= FUSE_MIN_SIZE)).tolist():
+        summed[r] = _sums_in_order(iattr, int(code[r, oc.ATTR]))
     return np.where((elementwise | reduced | summed) & (size >= FUSE_MIN_SIZE), size, 0)
 
 
