@@ -23,9 +23,10 @@ axes of its broadcasts, so each reads its input at a sum of loop indices times
 strides. A SUM, MIN or MAX of one of its values right after it is computed in
 the same loops (its output indexed as a broadcast's input), so the value it
 reduces is never read back, and stored only where something else reads it
-(W10's distance matrix and its row minimum: one pass). Groups whose broadcasts do not nest (outputs of one size but other
-shapes), that hold an op without an entry rule, or that write a value over
-its input (a training step's update) keep the block path. A variant's groups
+(W10's distance matrix and its row minimum: one pass). Groups whose
+broadcasts do not nest (outputs of one size but other shapes), that hold an
+op without an entry rule, or that write a value over its input (a training
+step's update) keep the block path. A variant's groups
 are compiled at its third replay (jitape.config.fused_kernel_runs): a function
 called once or twice never waits for a compile.
 """
@@ -149,7 +150,7 @@ def _reduction_runs(outer, n, inner):
     return runs
 
 
-def _absorbed_reduction(run, slots, iattr, r0, r1, size):
+def _absorbed_reduction(run, iattr, r0, r1, size):
     """(outer, n, inner) of the row after group r0..r1-1 when the group's kernel computes it too: a SUM, MIN or
     MAX over all the entries of a value the group computes (its output then never read from the arena), else
     None."""
@@ -177,7 +178,7 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
         return None
     tiles = [r for r in range(r0, r1) if run[r, oc.OP] == oc.TILE]
     tile_runs = [_broadcast_runs(iattr, int(run[r, oc.ATTR])) for r in tiles]
-    reduction = _absorbed_reduction(run, slots, iattr, r0, r1, size)
+    reduction = _absorbed_reduction(run, iattr, r0, r1, size)
     nest = loop_nest(size, tile_runs + [_reduction_runs(*reduction)]) if reduction else None
     if nest is None:        # the group alone
         reduction = None
@@ -191,7 +192,7 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
     setup.append("size = " + " * ".join(f"n{t}" for t in range(levels)))
     setup += [f"span{t} = span{t - 1} * n{t - 1}" if t else "span0 = 1" for t in range(levels)]
     per_index = [[] for _ in range(levels)]     # lines run per index of loop t (t >= 1), inside it
-    after_index = [[] for _ in range(levels + 1)]   # lines run per index of loop t after its inner loops (levels: once, last)
+    after_index = [[] for _ in range(levels + 1)]   # per index of loop t, after its inner loops (levels: at the end)
     before_inner = []       # lines run before each run of the innermost loop
     body = []               # the innermost loop's lines, per entry j
 
