@@ -33,6 +33,7 @@ from . import scipy_blas
 
 # before numba's first compile or cache load asks for BLAS: scipy.linalg's import was ~110 ms of a first gradient
 scipy_blas.load()
+
 _HERE = Path(__file__).resolve().parent
 
 
