@@ -132,10 +132,26 @@ SHORT_EXTREMA = 4 * LANES
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _short_row_extremum(x2, o, largest, init):
-    """_row_extremum of a short row: eight independent running values (LLVM packs them into vector registers),
-    written out as scalars so no store to memory lies between a lane and its fold. Compared without a NaN test
-    per value (LLVM then runs them as vector max/min: 2.2x faster on rows of 100), the NaNs only noted; a row
-    holding one runs again with _further's (_row_extremum_with_nan: the NaN it always gave)."""
+    """_row_extremum of a short row: its eight running values compared without a NaN test per value (LLVM then
+    runs them as vector max/min: 2.2x faster on rows of 100), the NaNs only noted; a row holding one runs again
+    with the tests (_row_extremum_with_nan: the NaN it always gave)."""
+    best, nan = _eight_running(x2, o, largest, init, False)
+    if nan:
+        return _row_extremum_with_nan(x2, o, largest, init)
+    return best
+
+
+@njit(cache=True, error_model="numpy")
+def _row_extremum_with_nan(x2, o, largest, init):
+    """_short_row_extremum of a row holding a NaN, each value tested for NaN (_further)."""
+    return _eight_running(x2, o, largest, init, True)[0]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _eight_running(x2, o, largest, init, tests_nan):
+    """(the largest (smallest) entry of row o, whether the row holds a NaN) in eight independent running values
+    (LLVM packs them into vector registers), written out as scalars so no store to memory lies between a value
+    and its fold; each value tested for NaN (tests_nan: _further) or compared plainly."""
     n = x2.shape[1]
     m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = init
     nan = False
@@ -143,52 +159,31 @@ def _short_row_extremum(x2, o, largest, init):
     for b in range(0, stop, 8):
         v0, v1, v2, v3 = x2[o, b], x2[o, b + 1], x2[o, b + 2], x2[o, b + 3]
         v4, v5, v6, v7 = x2[o, b + 4], x2[o, b + 5], x2[o, b + 6], x2[o, b + 7]
-        m0 = _beats(v0, m0, largest)
-        m1 = _beats(v1, m1, largest)
-        m2 = _beats(v2, m2, largest)
-        m3 = _beats(v3, m3, largest)
-        m4 = _beats(v4, m4, largest)
-        m5 = _beats(v5, m5, largest)
-        m6 = _beats(v6, m6, largest)
-        m7 = _beats(v7, m7, largest)
+        m0 = _running(v0, m0, largest, tests_nan)
+        m1 = _running(v1, m1, largest, tests_nan)
+        m2 = _running(v2, m2, largest, tests_nan)
+        m3 = _running(v3, m3, largest, tests_nan)
+        m4 = _running(v4, m4, largest, tests_nan)
+        m5 = _running(v5, m5, largest, tests_nan)
+        m6 = _running(v6, m6, largest, tests_nan)
+        m7 = _running(v7, m7, largest, tests_nan)
         nan |= (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3) | (v4 != v4) | (v5 != v5) | (v6 != v6) | (v7 != v7)
-    best = _beats(_beats(_beats(m0, m1, largest), _beats(m2, m3, largest), largest),
-                  _beats(_beats(m4, m5, largest), _beats(m6, m7, largest), largest), largest)
+    best = _running(_running(_running(m0, m1, largest, tests_nan), _running(m2, m3, largest, tests_nan), largest,
+                             tests_nan),
+                    _running(_running(m4, m5, largest, tests_nan), _running(m6, m7, largest, tests_nan), largest,
+                             tests_nan), largest, tests_nan)
     for a in range(stop, n):
-        best = _beats(x2[o, a], best, largest)
+        best = _running(x2[o, a], best, largest, tests_nan)
         nan |= x2[o, a] != x2[o, a]
-    if nan:
-        return _row_extremum_with_nan(x2, o, largest, init)
-    return best
+    return best, nan
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _beats(value, best, largest):
-    """value if it beats best (_further for values that are not NaN)."""
+def _running(value, best, largest, tests_nan):
+    """_further (tests_nan), else value if it beats best (_further for values that are not NaN)."""
+    if tests_nan:
+        return _further(value, best, largest)
     return value if (value > best if largest else value < best) else best
-
-
-@njit(cache=True, error_model="numpy")
-def _row_extremum_with_nan(x2, o, largest, init):
-    """_short_row_extremum of a row holding a NaN, in its eight running values, each testing for NaN (_further):
-    the NaN a row's extremum is, whichever NaN entries it holds."""
-    n = x2.shape[1]
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = init
-    stop = n - n % 8
-    for b in range(0, stop, 8):
-        m0 = _further(x2[o, b], m0, largest)
-        m1 = _further(x2[o, b + 1], m1, largest)
-        m2 = _further(x2[o, b + 2], m2, largest)
-        m3 = _further(x2[o, b + 3], m3, largest)
-        m4 = _further(x2[o, b + 4], m4, largest)
-        m5 = _further(x2[o, b + 5], m5, largest)
-        m6 = _further(x2[o, b + 6], m6, largest)
-        m7 = _further(x2[o, b + 7], m7, largest)
-    best = _further(_further(_further(m0, m1, largest), _further(m2, m3, largest), largest),
-                    _further(_further(m4, m5, largest), _further(m6, m7, largest), largest), largest)
-    for a in range(stop, n):
-        best = _further(x2[o, a], best, largest)
-    return best
 
 
 @njit(cache=True, error_model="numpy")
