@@ -26,10 +26,12 @@ class Backend(abc.ABC):
         steps in program order, then its guards: whether they hold (see jitape_kernels.cpu.interpreter.replay_sweep)."""
 
     @abc.abstractmethod
-    def group_kernels(self, code, slots, iattr, fused, places, dtype, kept):
-        """The kernels of a run layout's fused groups as replay() takes them (its last two arrays: `table` and
-        `args`), each compiled when `compile()` is called (see jitape_kernels.cpu.fusion.GroupKernels; kept:
-        per slot, whether a value is read after the forward rows)."""
+    def group_kernels(self, code, slots, iattr, fused, places, dtype, kept, step_code, step_groups, step_places,
+                      step_flags):
+        """The kernels of a replay's fused groups, its run layout's and its gradient steps' reverse groups, as
+        replay() takes them (its last two arrays: `table` and `args`), each compiled when `compile()` is called
+        (see jitape_kernels.cpu.fusion.GroupKernels; kept: per slot, whether a value is read after the forward
+        rows; step_flags: the steps' planned flags)."""
 
     @abc.abstractmethod
     def replay_temps(self, code, step_code, iattr, columns, dtype):
@@ -99,8 +101,10 @@ class CPU(Backend):
         # typing of fourteen arguments (~2 us of a ~6 us small replay)
         return functools.partial(_compiled_for(self._kernels.replay_sweep, arrays), *arrays)
 
-    def group_kernels(self, code, slots, iattr, fused, places, dtype, kept):
-        return self._kernels.GroupKernels(code, slots, iattr, fused, places, dtype, kept)
+    def group_kernels(self, code, slots, iattr, fused, places, dtype, kept, step_code, step_groups, step_places,
+                      step_flags):
+        return self._kernels.GroupKernels(code, slots, iattr, fused, places, dtype, kept, step_code, step_groups,
+                                          step_places, step_flags)
 
     def replay_temps(self, code, step_code, iattr, columns, dtype):
         return self._kernels.new_temps(np.concatenate([code, step_code]), iattr, columns, dtype)

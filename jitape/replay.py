@@ -23,7 +23,7 @@ import weakref
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.layout import BLOCK, logsumexp_stashes, reverse_groups, run_layout, scalar_runs
+from jitape_kernels.layout import BLOCK, SC_FLAGS, logsumexp_stashes, reverse_groups, run_layout, scalar_runs
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest, recycling
@@ -417,7 +417,8 @@ class Concrete:
                                                            self._step_code.copy(), self._live, elide_copies=False)
             n_stash = self._scratch.size - self._scratch_blocks * BLOCK
             scratch = np.empty(max(n_scratch, self._scratch_blocks) * BLOCK + n_stash, self.dtype)
-        kernels = self._group_kernels(device, self._run_code, self._step_code, fused, places)
+        kernels = self._group_kernels(device, self._run_code, self._step_code, fused, places, self._step_groups,
+                                      self._step_places, self._step_scalars)
         replay = self._replayers[(device.name, OUTPUTS) if lean else device.name] = device.bind_replay(
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
             self._adjoint, self._guards, self._expected, fused, places, scratch,
@@ -425,14 +426,16 @@ class Concrete:
             self._step_places, self._scalars, self._step_scalars, kernels.table, kernels.args)
         return replay
 
-    def _group_kernels(self, device, run_code, step_code, fused, places):
-        """The generated kernels of a layout's fused groups on `device`, compiled by run() once this variant has
-        run jt.config.fused_kernel_runs times (at once where it has)."""
+    def _group_kernels(self, device, run_code, step_code, fused, places, step_groups, step_places, step_scalars):
+        """The generated kernels of a layout's fused groups and its gradient steps' fused reverse groups on
+        `device`, compiled by run() once this variant has run jt.config.fused_kernel_runs times (at once where it
+        has)."""
         kept = np.zeros(self.slots.shape[0], np.bool_)      # read after the forward rows
         kept[self._live] = True
         read = step_code[:, [oc.OUT, oc.IN0, oc.IN1, oc.IN2]]
         kept[read[read >= 0]] = True
-        kernels = device.group_kernels(run_code, self.slots, self.iattr, fused, places, self.dtype, kept)
+        kernels = device.group_kernels(run_code, self.slots, self.iattr, fused, places, self.dtype, kept, step_code,
+                                       step_groups, step_places, step_scalars[:, SC_FLAGS])
         if kernels.pending:
             self._pending_kernels.append(kernels)
             self._compile_kernels_when_due()
@@ -478,13 +481,16 @@ class Concrete:
         if columns == 1:
             run_code, step_code, n_stash = logsumexp_stashes(run_code, step_code, self.slots)
         scratch = np.empty(max(n_scratch, n_reverse) * BLOCK + n_stash, self.dtype)
-        kernels = self._group_kernels(device, run_code, step_code, fused, places)
+        step_scalars = scalar_runs(step_code, self.slots, steps=steps)
+        # a Jacobian's step (K columns) runs its rows one by one: no reverse group's kernel
+        kernels = self._group_kernels(device, run_code, step_code, fused, places,
+                                      step_groups if columns == 1 else np.zeros_like(step_groups), step_places,
+                                      step_scalars)
         self._bindings[purpose] = (device, [run_code, self.slots, self.iattr, self.fattr, self.arena, steps,
                                             step_code, moves, None, self._guards, self._expected, fused, places,
                                             scratch, device.replay_temps(run_code, step_code, self.iattr,
                                                                          columns, self.dtype), step_groups,
-                                            step_places, self._scalars,
-                                            scalar_runs(step_code, self.slots, steps=steps), kernels.table,
+                                            step_places, self._scalars, step_scalars, kernels.table,
                                             kernels.args])
         # a new buffer no local name holds: _bind counts its references
         self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))

@@ -70,16 +70,23 @@ _GENERATED_DIR = _CACHE_DIR / "fused"
 _COMPILED = {}      # source digest -> CFunc, for this process
 
 
+# the arrays a generated kernel reads, in its arguments' order: a forward group's and a reverse group's
+FORWARD_ARRAYS = ("arena", "iattr", "fattr", "args")
+REVERSE_ARRAYS = ("arena", "flat", "iattr", "fattr", "args")      # flat: the adjoint rows (one column)
+
+
 @intrinsic
-def call_kernel(typingctx, address, arena, iattr, fattr, args):
-    """Call the generated kernel at `address` (a CFunc of kernel_signature) over these arrays' memory."""
-    arrays = (arena, iattr, fattr, args)
-    if not (isinstance(address, types.Integer) and all(isinstance(a, types.Array) and a.ndim == 1 for a in arrays)):
+def call_kernel(typingctx, address, arrays):
+    """Call the generated kernel at `address` (a CFunc of kernel_signature) over the memory of `arrays` (a tuple
+    of 1-D arrays: FORWARD_ARRAYS' or REVERSE_ARRAYS')."""
+    if not (isinstance(address, types.Integer) and isinstance(arrays, types.BaseTuple)
+            and all(isinstance(a, types.Array) and a.ndim == 1 for a in arrays)):
         return None
 
     def codegen(context, builder, signature, llargs):
+        array_types = signature.args[1]
         values = []
-        for array_type, value in zip(signature.args[1:], llargs[1:]):
+        for array_type, value in zip(array_types, cgutils.unpack_tuple(builder, llargs[1], len(array_types))):
             view = context.make_array(array_type)(context, builder, value=value)
             values += [view.data, cgutils.unpack_tuple(builder, view.shape, 1)[0]]
         function_type = ir.FunctionType(ir.VoidType(), [v.type for v in values])
@@ -87,14 +94,16 @@ def call_kernel(typingctx, address, arena, iattr, fattr, args):
                                   function_type.as_pointer())
         builder.call(target, values)
         return context.get_dummy_value()
-    return types.none(address, arena, iattr, fattr, args), codegen
+    return types.none(address, arrays), codegen
 
 
-def kernel_signature(dtype):
-    """A generated kernel's C signature: pointer and size of the arena, iattr, fattr and its arguments."""
-    element = types.float64 if np.dtype(dtype) == np.float64 else types.float32
-    return types.void(types.CPointer(element), types.int64, types.CPointer(types.int64), types.int64,
-                      types.CPointer(types.float64), types.int64, types.CPointer(types.int64), types.int64)
+def kernel_signature(dtype, arrays):
+    """A generated kernel's C signature: a pointer and a size per array of `arrays` (FORWARD_ARRAYS or
+    REVERSE_ARRAYS)."""
+    element = {"arena": types.float64 if np.dtype(dtype) == np.float64 else types.float32, "iattr": types.int64,
+               "fattr": types.float64, "args": types.int64}
+    element["flat"] = element["arena"]
+    return types.void(*[t for name in arrays for t in (types.CPointer(element[name]), types.int64)])
 
 
 def _broadcast_runs(iattr, a):
@@ -163,6 +172,100 @@ def _absorbed_reduction(run, iattr, r0, r1, size):
     return (outer, n, inner) if n > 1 and outer * n * inner == size else None
 
 
+class _Nest:
+    """A generated kernel's loop nest over `size` entries (loop_nest's `spans`) as it is written: its arguments
+    (each loop's count first, innermost first, then what argument() adds) and its lines by where they run."""
+
+    def __init__(self, size, spans):
+        self.levels = levels = len(spans)
+        self.args = [(spans[t + 1] if t + 1 < levels else size) // spans[t] for t in range(levels)]
+        self.setup = [f"n{t} = args[{t}]" for t in range(levels)]
+        self.setup.append("size = " + " * ".join(f"n{t}" for t in range(levels)))
+        self.setup += [f"span{t} = span{t - 1} * n{t - 1}" if t else "span0 = 1" for t in range(levels)]
+        self.per_index = [[] for _ in range(levels)]        # lines run per index of loop t (t >= 1), inside it
+        self.after_index = [[] for _ in range(levels + 1)]  # per index of loop t, after its inner loops
+        self.before_inner = []      # lines run before each run of the innermost loop
+        self.body = []              # the innermost loop's lines, per entry j
+
+    def argument(self, value):
+        self.args.append(int(value))
+        return f"args[{len(self.args) - 1}]"
+
+    def view(self, name, array, offset, size):
+        """`name` = entries [offset, offset + size) of `array` (both numbers arguments)."""
+        at = self.argument(offset)
+        self.setup.append(f"{name} = {array}[{at}:{at} + {self.argument(size)}]")
+
+    def entries(self, view, first="first"):
+        """The entry j of `view`'s run from `first` that one run of the innermost loop reads or writes."""
+        self.before_inner.append(f"{view}_run = {view}[{first}:{first} + n0]")
+        return f"{view}_run[j]"
+
+    def position(self, view, repeats):
+        """Where `view` (a broadcast's input, a reduction's output) is at the start of a run of the innermost
+        loop: its stride per loop that does not repeat it (the entries of the inner ones that do not), then its
+        position loop by loop from the outermost."""
+        stride = "1"
+        for t in range(self.levels):
+            if not repeats[t]:
+                self.setup.append(f"{view}_s{t} = {stride}")
+                stride = f"{view}_s{t} * n{t}"
+        at = "0"
+        for t in range(self.levels - 1, 0, -1):
+            if not repeats[t]:
+                self.per_index[t].append(f"{view}_at{t} = {at} + i{t} * {view}_s{t}")
+                at = f"{view}_at{t}"
+        return at
+
+    def broadcast(self, name, view, repeats):
+        """The expression of `view`'s entry (a broadcast's input, a reduction's output: `repeats` per loop) at
+        the innermost loop's entry j, read once per run where that loop repeats it (into `name`)."""
+        at = self.position(view, repeats)
+        if repeats[0]:
+            self.before_inner.append(f"{name} = {view}[{at}]")
+            return name
+        return self.entries(view, at)
+
+    def loops(self):
+        """The nest's lines, indented as the kernel's body."""
+        lines = [f"    {line}" for line in self.setup]
+        indent, first = "    ", "0"
+        for t in range(self.levels - 1, 0, -1):
+            lines.append(f"{indent}for i{t} in range(n{t}):")
+            indent += "    "
+            lines.append(f"{indent}first{t} = {first} + i{t} * span{t}")
+            first = f"first{t}"
+            lines += [f"{indent}{line}" for line in self.per_index[t]]
+        lines.append(f"{indent}first = {first}")
+        lines += [f"{indent}{line}" for line in self.before_inner]
+        lines.append(f"{indent}for j in range(n0):")
+        lines += [f"{indent}    {line}" for line in self.body]
+        for t in range(1, self.levels + 1):      # after the inner loops, innermost first, each at its loop's body
+            lines += ["    " * (1 + self.levels - t) + line for line in self.after_index[t]]
+        return lines
+
+
+def _module(arrays, lines):
+    """A generated kernel's module: `kernel` over the memory of `arrays` (KERNEL_ARRAYS' names) running `lines`."""
+    return "\n".join([
+        '"""A fused group\'s kernel, generated by jitape_kernels.cpu.fusion."""',
+        "import math",
+        "",
+        "import numpy as np",
+        "from numba import carray",
+        "",
+        "from jitape_kernels.cpu.reduction import reduce_row",
+        "from jitape_kernels.cpu.vectormath import exp_entry, log_entry, sigmoid_entry, tanh_entry",
+        "from jitape_kernels.cpu.workspace import new_work",
+        "",
+        "",
+        f"def kernel({', '.join(f'{name}_at, {name}_n' for name in arrays)}):",
+        *[f"    {name} = carray({name}_at, ({name}_n,))" for name in arrays],
+        *lines,
+        "",
+    ])
+
+
 def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
     """(source, arguments, whether it computes the reduction after the group) of the generated kernel of fused
     group r0..r1-1, or None where a row's op has no entry rule (_ENTRY_RULES), its broadcasts do not nest
@@ -187,39 +290,8 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
         return None
     spans, tile_repeats = nest
     levels = len(spans)
-    args = [(spans[t + 1] if t + 1 < levels else size) // spans[t] for t in range(levels)]
-    setup = [f"n{t} = args[{t}]" for t in range(levels)]
-    setup.append("size = " + " * ".join(f"n{t}" for t in range(levels)))
-    setup += [f"span{t} = span{t - 1} * n{t - 1}" if t else "span0 = 1" for t in range(levels)]
-    per_index = [[] for _ in range(levels)]     # lines run per index of loop t (t >= 1), inside it
-    after_index = [[] for _ in range(levels + 1)]   # per index of loop t, after its inner loops (levels: at the end)
-    before_inner = []       # lines run before each run of the innermost loop
-    body = []               # the innermost loop's lines, per entry j
-
-    def argument(value):
-        args.append(int(value))
-        return f"args[{len(args) - 1}]"
-
-    def entries(view, first):
-        """The entry j of `view`'s run from `first` that one run of the innermost loop reads or writes."""
-        before_inner.append(f"{view}_run = {view}[{first}:{first} + n0]")
-        return f"{view}_run[j]"
-
-    def position(view, repeats):
-        """Where `view` (a broadcast's input, a reduction's output) is at the start of a run of the innermost
-        loop: its stride per loop that does not repeat it (the entries of the inner ones that do not), then its
-        position loop by loop from the outermost."""
-        stride = "1"
-        for t in range(levels):
-            if not repeats[t]:
-                setup.append(f"{view}_s{t} = {stride}")
-                stride = f"{view}_s{t} * n{t}"
-        at = "0"
-        for t in range(levels - 1, 0, -1):
-            if not repeats[t]:
-                per_index[t].append(f"{view}_at{t} = {at} + i{t} * {view}_s{t}")
-                at = f"{view}_at{t}"
-        return at
+    loops = _Nest(size, spans)
+    setup, body, before_inner, after_index = loops.setup, loops.body, loops.before_inner, loops.after_index
 
     # the value the reduction reads is stored only where another row or a later use reads it
     reduced = int(run[r1, oc.IN0]) if reduction else -1
@@ -232,14 +304,10 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
         op = int(run[r, oc.OP])
         name = f"v{k}"
         if op == oc.TILE:
-            repeats = tile_repeats[tiles.index(r)]
-            offset = argument(run[r, oc.IN0_OFF])
-            setup.append(f"x{k} = arena[{offset}:{offset} + {argument(slots[run[r, oc.IN0], oc.SIZE])}]")
-            at = position(f"x{k}", repeats)
-            if repeats[0]:      # one value per run of the innermost loop
-                before_inner.append(f"{name} = x{k}[{at}]")
-            else:
-                body.append(f"{name} = {entries(f'x{k}', at)}")
+            loops.view(f"x{k}", "arena", run[r, oc.IN0_OFF], slots[run[r, oc.IN0], oc.SIZE])
+            value = loops.broadcast(name, f"x{k}", tile_repeats[tiles.index(r)])
+            if value != name:
+                body.append(f"{name} = {value}")
         else:
             operands = []
             for c, column in ((oc.IN0, oc.IN0_OFF), (oc.IN1, oc.IN1_OFF), (oc.IN2, oc.IN2_OFF)):
@@ -247,27 +315,27 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
                 if slot < 0:
                     break
                 if slot not in values:      # read from the arena, entry by entry
-                    offset = argument(run[r, column])
+                    offset = loops.argument(run[r, column])
                     setup.append(f"a{k}_{c} = arena[{offset}:{offset} + size]")
-                    values[slot] = entries(f"a{k}_{c}", "first")
+                    values[slot] = loops.entries(f"a{k}_{c}")
                     read_offsets.add(int(run[r, column]))
                 operands.append(values[slot])
             if op == oc.SCALE:      # its factor, as params() reads it, in the arrays' dtype (as _scale)
-                setup.append(f"p{k} = np.{scalar}(fattr[iattr[{argument(run[r, oc.ATTR])}]])")
+                setup.append(f"p{k} = np.{scalar}(fattr[iattr[{loops.argument(run[r, oc.ATTR])}]])")
             expression = _ENTRY_RULES[op].format(*operands, p=f"p{k}")
             body.append(f"{name} = np.{scalar}({expression})")
         values[int(run[r, oc.OUT])] = name
         if places[r, 0] < 0 and run[r, oc.OUT] != unstored:        # the arena keeps its value
-            offset = argument(run[r, oc.OUT_OFF])
+            offset = loops.argument(run[r, oc.OUT_OFF])
             setup.append(f"o{k} = arena[{offset}:{offset} + size]")
-            body.append(f"{entries(f'o{k}', 'first')} = {name}")
+            body.append(f"{loops.entries(f'o{k}')} = {name}")
             stored_offsets.add(int(run[r, oc.OUT_OFF]))
             if run[r, oc.OUT] == reduced:
                 reduced_view = f"o{k}"
     if reduction:
         op, (outer, n, inner), repeats = int(run[r1, oc.OP]), reduction, tile_repeats[-1]
-        offset = argument(run[r1, oc.OUT_OFF])
-        setup.append(f"red = arena[{offset}:{offset} + {argument(outer * inner)}]")
+        offset = loops.argument(run[r1, oc.OUT_OFF])
+        setup.append(f"red = arena[{offset}:{offset} + {loops.argument(outer * inner)}]")
         stored_offsets.add(int(run[r1, oc.OUT_OFF]))
         value = values[reduced]
         if inner == 1:      # each row's entries in the arena's rows or a row buffer, then the row's reduction
@@ -284,7 +352,7 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
             after_index[row_level].append(f"red[{row_first} // {row_size}] = reduce_row({op}, {reduced_view}, work)")
         else:               # entry by entry into the outputs, each reduced axis's entries in order
             setup.append(f"red[:] = {'0' if op == oc.SUM else 'np.inf' if op == oc.MIN else '-np.inf'}")
-            at = position("red", repeats)       # the innermost loop runs along the kept inner axis
+            at = loops.position("red", repeats)       # the innermost loop runs along the kept inner axis
             before_inner.append(f"red_run = red[{at}:{at} + n0]")
             if op == oc.SUM:
                 body.append(f"red_run[j] = red_run[j] + {value}")
@@ -297,45 +365,135 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
     # groups keep the block path.
     if stored_offsets & read_offsets:
         return None
-    lines = [f"    {line}" for line in setup]
-    indent, first = "    ", "0"
-    for t in range(levels - 1, 0, -1):
-        lines.append(f"{indent}for i{t} in range(n{t}):")
-        indent += "    "
-        lines.append(f"{indent}first{t} = {first} + i{t} * span{t}")
-        first = f"first{t}"
-        lines += [f"{indent}{line}" for line in per_index[t]]
-    lines.append(f"{indent}first = {first}")
-    lines += [f"{indent}{line}" for line in before_inner]
-    lines.append(f"{indent}for j in range(n0):")
-    lines += [f"{indent}    {line}" for line in body]
-    for t in range(1, levels + 1):      # after the inner loops, innermost first, each at its loop's body
-        lines += ["    " * (1 + levels - t) + line for line in after_index[t]]
-    source = "\n".join([
-        '"""A fused group\'s kernel, generated by jitape_kernels.cpu.fusion."""',
-        "import math",
-        "",
-        "import numpy as np",
-        "from numba import carray",
-        "",
-        "from jitape_kernels.cpu.reduction import reduce_row",
-        "from jitape_kernels.cpu.vectormath import exp_entry, log_entry, sigmoid_entry, tanh_entry",
-        "from jitape_kernels.cpu.workspace import new_work",
-        "",
-        "",
-        "def kernel(arena_at, arena_n, iattr_at, iattr_n, fattr_at, fattr_n, args_at, args_n):",
-        "    arena = carray(arena_at, (arena_n,))",
-        "    iattr = carray(iattr_at, (iattr_n,))",
-        "    fattr = carray(fattr_at, (fattr_n,))",
-        "    args = carray(args_at, (args_n,))",
-        *lines,
-        "",
-    ])
-    return source, args, reduction is not None
+    return _module(FORWARD_ARRAYS, loops.loops()), loops.args, reduction is not None
 
 
-def _compiled(source, dtype):
-    """The CFunc of a generated kernel's source: this process's, else loaded from (or compiled into) the cache."""
+# The term each op's reverse block kernel adds to its inputs' cotangents for one entry (the loop bodies of
+# elementwise.unary_reverse_1d and binary_reverse_1d) as source over the entry's output cotangent {g}, input values
+# {x} (IN0) and {w} (IN1), output value {y} and SCALE's factor {p}: the ops a reverse group's generated kernel
+# runs, besides SUM, MAX and MIN along the last axis and broadcasts summed in order (layout._reverse_fusable).
+_UNARY_TERMS = {
+    oc.COPY: "{g}", oc.NEG: "-{g}", oc.SCALE: "{g} * {p}", oc.RELU: "{g} * (one if {x} > 0 else zero)",
+    oc.SQUARE: "{g} * ({x} + {x})", oc.EXP: "{g} * {y}", oc.TANH: "{g} * (1 - {y} * {y})",
+    oc.SIGMOID: "{g} * ({y} * (1 - {y}))", oc.LOG: "{g} * (1 / float({x}))", oc.SQRT: "{g} * (0.5 / float({y}))",
+}
+_BINARY_TERMS = {
+    oc.ADD: ("{g}", "{g}"), oc.SUB: ("{g}", "-{g}"), oc.MUL: ("{g} * {w}", "{g} * {x}"),
+    oc.DIV: ("{g} * (1 / float({w}))", "{g} * (-float({y}) / float({w}))"),
+}
+
+
+class _KeepsBlocks(Exception):
+    """A reverse group its generated kernel cannot run (it keeps the block path)."""
+
+
+def _reverse_source(code, slots, iattr, places, flags, r, count, dtype):
+    """(source, arguments) of the generated kernel of the fused reverse group of step-code rows r, r-1, ..,
+    r-count+1 (layout.reverse_groups; flags: planning.reverse_flags' per row), or None where a row has no rule here
+    (_UNARY_TERMS, _BINARY_TERMS, SUM, MAX, MIN, TILE) or its broadcasts and reductions do not nest (loop_nest).
+    It runs what interpreter.fused_reverse runs block by block after its extrema's shares, entry by entry in one
+    loop nest with the same bits: each entry's cotangents in registers, those of the adjoint rows loaded where the
+    group does not write them first and stored after the entry's last row; a broadcast's input's cotangent summed
+    in order in the adjoint rows (zeroed first where the group writes it first)."""
+    scalar = "float64" if np.dtype(dtype) == np.float64 else "float32"
+    rows = [q for q in range(r, r - count, -1) if flags[q] != 0]
+    size = max(int(slots[code[r, oc.IN0], oc.SIZE]), int(slots[code[r, oc.OUT], oc.SIZE]))
+    patterns = {}       # row -> the runs of its broadcast (TILE) or reduction (SUM, MAX, MIN)
+    for q in rows:
+        op, a = int(code[q, oc.OP]), int(code[q, oc.ATTR])
+        if op == oc.TILE:
+            patterns[q] = _broadcast_runs(iattr, a)
+        elif op in (oc.SUM, oc.MAX, oc.MIN):
+            patterns[q] = _reduction_runs(*(int(v) for v in iattr[a:a + 3]))
+        elif op not in _UNARY_TERMS and op not in _BINARY_TERMS:
+            return None
+    nest = loop_nest(size, list(patterns.values())) if rows else None
+    if nest is None:
+        return None
+    spans, repeats = nest
+    repeats = dict(zip(patterns, repeats))
+    loops = _Nest(size, spans)
+    loops.setup += [f"one = np.{scalar}(1)", f"zero = np.{scalar}(0)"]
+    runs = {}           # (array, offset) -> the entry expression of a run read or written entry by entry
+    cotangents = {}     # slot -> the register holding its cotangent's entry
+    stores = {}         # slot -> the entry expression of its adjoint rows, where its register is stored
+
+    def entry(array, offset):
+        key = (array, int(offset))
+        if key not in runs:
+            name = f"{array[0]}{len(runs)}"
+            loops.view(name, array, offset, size)
+            runs[key] = loops.entries(name)
+        return runs[key]
+
+    def add(q, c, term):
+        """The term row q adds to the cotangent of its input c (0..2) at the entry."""
+        slot, row = int(code[q, oc.IN0 + c]), int(code[q, oc.IN0_ADJ + c])
+        name = cotangents.get(slot)
+        if name is None:
+            name = cotangents[slot] = f"g{slot}"
+            if flags[q] & (2 << c):
+                loops.body.append(f"{name} = np.{scalar}({term})")
+            elif places[q, 1 + c] >= 0:      # a scratch buffer holds only what the group wrote
+                raise _KeepsBlocks
+            else:
+                loops.body.append(f"{name} = np.{scalar}({entry('flat', row)} + {term})")
+            if places[q, 1 + c] < 0:
+                stores[slot] = entry("flat", row)
+        else:
+            loops.body.append(f"{name} = np.{scalar}({name} + {term})")
+
+    try:
+        for k, q in enumerate(rows):
+            op = int(code[q, oc.OP])
+            has = [code[q, oc.IN0 + c] >= 0 and code[q, oc.IN0_ADJ + c] >= 0 for c in range(3)]
+            if op in (oc.SUM, oc.MAX, oc.MIN):
+                n_out = slots[code[q, oc.OUT], oc.SIZE]
+                loops.view(f"r{k}", "flat", code[q, oc.OUT_ADJ], n_out)
+                g = loops.broadcast(f"rg{k}", f"r{k}", repeats[q])
+                if op != oc.SUM:        # its row's share (extremum_shares) on the extrema, as _extremum_transposed
+                    loops.view(f"e{k}", "arena", code[q, oc.OUT_OFF], n_out)
+                    extremum = loops.broadcast(f"re{k}", f"e{k}", repeats[q])
+                    g = f"{g} * (one if {entry('arena', code[q, oc.IN0_OFF])} == {extremum} else zero)"
+                if has[0]:
+                    add(q, 0, g)
+                continue
+            out = int(code[q, oc.OUT])
+            if out in cotangents:
+                g = cotangents[out]
+            elif places[q, 0] >= 0:
+                raise _KeepsBlocks
+            else:
+                g = entry("flat", code[q, oc.OUT_ADJ])
+            if op == oc.TILE:       # summed in order into its input's cotangent (shape.broadcast_sum_block)
+                if has[0]:
+                    if repeats[q][0]:
+                        raise _KeepsBlocks
+                    loops.view(f"t{k}", "flat", code[q, oc.IN0_ADJ], slots[code[q, oc.IN0], oc.SIZE])
+                    if flags[q] & 2:
+                        loops.setup.append(f"t{k}[:] = 0")
+                    loops.body.append(f"{loops.broadcast('', f't{k}', repeats[q])} += {g}")
+                continue
+            operands = {"g": g}
+            if op == oc.SCALE:
+                loops.setup.append(f"p{k} = np.{scalar}(fattr[iattr[{loops.argument(code[q, oc.ATTR])}]])")
+                operands["p"] = f"p{k}"
+            terms = [_UNARY_TERMS[op]] if op in _UNARY_TERMS else _BINARY_TERMS[op]
+            for key, column in (("x", oc.IN0_OFF), ("w", oc.IN1_OFF), ("y", oc.OUT_OFF)):
+                if any(f"{{{key}}}" in term for c, term in enumerate(terms) if has[c]):
+                    operands[key] = entry("arena", code[q, column])
+            for c, term in enumerate(terms):
+                if has[c]:
+                    add(q, c, term.format(**operands))
+    except _KeepsBlocks:
+        return None
+    loops.body += [f"{where} = {cotangents[slot]}" for slot, where in stores.items()]
+    return _module(REVERSE_ARRAYS, loops.loops()), loops.args
+
+
+def _compiled(source, dtype, arrays):
+    """The CFunc of a generated kernel's source over `arrays` (kernel_signature's): this process's, else loaded
+    from (or compiled into) the cache."""
     digest = hashlib.sha256(f"{source}{np.dtype(dtype).name}".encode()).hexdigest()[:24]
     kernel = _COMPILED.get(digest)
     if kernel is not None:
@@ -353,7 +511,7 @@ def _compiled(source, dtype):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module      # where numba's cached environment of the kernel finds its globals
     spec.loader.exec_module(module)
-    signature = kernel_signature(dtype)
+    signature = kernel_signature(dtype, arrays)
     kernel = CFunc(module.kernel, (signature.args, signature.return_type), {}, {"error_model": "numpy"})
     kernel._cache = _KernelCache(module.kernel)
     kernel.compile()
@@ -362,24 +520,38 @@ def _compiled(source, dtype):
 
 
 class GroupKernels:
-    """The generated kernels of a run layout's fused groups: the table and arguments a replay reads
-    (interpreter._forward_rows), with every address 0 until compile() fills them in place. kept: per slot,
-    whether its value is read after the forward rows (by gradient steps, or as an output, guard or write)."""
+    """The generated kernels of a replay's fused groups: the forward's of its run layout (interpreter._forward_rows)
+    and the reverse's of its gradient steps (interpreter.fused_reverse), in one table a replay reads (a row per
+    run-code row, then a row per step-code row) with their arguments, every address 0 until compile() fills them
+    in place. kept: per slot, whether its value is read after the forward rows (by gradient steps, or as an
+    output, guard or write); step_groups, step_places, step_flags: layout.reverse_groups' and the steps' planned
+    flags (layout.scalar_runs' SC_FLAGS)."""
 
-    def __init__(self, run, slots, iattr, fused, places, dtype, kept):
+    def __init__(self, run, slots, iattr, fused, places, dtype, kept, step_code, step_groups, step_places,
+                 step_flags):
         self.dtype = np.dtype(dtype)
-        self.table = np.zeros((run.shape[0], KERNEL_COLUMNS), np.int64)
-        self._pending = []      # (row, source)
+        n_run = run.shape[0]
+        self.table = np.zeros((n_run + step_code.shape[0], KERNEL_COLUMNS), np.int64)
+        self._pending = []      # (table row, source, arrays)
         self._kernels = []      # the compiled CFuncs, alive while the table holds their addresses
         args = []
+
+        def add(row, generated, arrays, end):
+            source, group_args = generated
+            self.table[row, KERNEL_ARGS:] = len(args), len(group_args), end
+            args.extend(group_args)
+            self._pending.append((row, source, arrays))
+
         for r0 in np.flatnonzero(fused > np.arange(fused.size)).tolist():
             generated = _group_source(run, slots, iattr, places, r0, int(fused[r0]), self.dtype, kept)
-            if generated is None:
-                continue
-            source, group_args, absorbs = generated
-            self.table[r0, KERNEL_ARGS:] = len(args), len(group_args), int(fused[r0]) + absorbs
-            args += group_args
-            self._pending.append((r0, source))
+            if generated is not None:
+                source, group_args, absorbs = generated
+                add(r0, (source, group_args), FORWARD_ARRAYS, int(fused[r0]) + absorbs)
+        for r in np.flatnonzero(step_groups > 1).tolist():
+            generated = _reverse_source(step_code, slots, iattr, step_places, step_flags, r, int(step_groups[r]),
+                                        self.dtype)
+            if generated is not None:
+                add(n_run + r, generated, REVERSE_ARRAYS, 0)
         self.args = np.array(args, np.int64)
 
     @property
@@ -388,8 +560,8 @@ class GroupKernels:
 
     def compile(self):
         """Compile (or load) every group's kernel and put its address in the table."""
-        for r0, source in self._pending:
-            kernel = _compiled(source, self.dtype)
+        for row, source, arrays in self._pending:
+            kernel = _compiled(source, self.dtype, arrays)
             self._kernels.append(kernel)
-            self.table[r0, KERNEL_ADDRESS] = kernel.address
+            self.table[row, KERNEL_ADDRESS] = kernel.address
         self._pending = []

@@ -212,8 +212,8 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
         if fused[r] > r:
             if kernels[r, KERNEL_ADDRESS] != 0:
                 start = kernels[r, KERNEL_ARGS]
-                call_kernel(kernels[r, KERNEL_ADDRESS], arena, iattr, fattr,
-                            kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]])
+                call_kernel(kernels[r, KERNEL_ADDRESS],
+                            (arena, iattr, fattr, kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]]))
                 r = kernels[r, KERNEL_END]      # past the group, and the reduction of it the kernel computed
             else:
                 fused_forward(code, r, fused[r], slots, iattr, fattr, arena, places, scratch,
@@ -396,11 +396,11 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, tem
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, scalars=None, groups=None,
-                  places=None, scratch=None):
+                  places=None, scratch=None, kernels=None, kernel_args=None):
     """reverse_sweep with a workspace (jitape_kernels.cpu.workspace). A replay's gradient step (with one column)
     also gives the compact rows of its scalar runs (`scalars`: layout.scalar_runs) and its fused reverse groups
-    (`groups`, `places`, `scratch`: layout.reverse_groups; groups[r] > 1: rows r down to r - groups[r] + 1), which
-    run from those; reverse_sweep gives None, and numba prunes their branches from its compiled code (a new
+    (`groups`, `places`, `scratch`: layout.reverse_groups; groups[r] > 1: rows r down to r - groups[r] + 1) with
+    their generated kernels (`kernels`, `kernel_args`: cpu.fusion.GroupKernels'), which run from those; reverse_sweep gives None, and numba prunes their branches from its compiled code (a new
     user's first gradient compiles none of it)."""
     code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
@@ -424,7 +424,7 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                     continue
                 if groups[r] > 1:
                     fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch,
-                                  scalars, work)
+                                  scalars, work, kernels, kernel_args)
                     r -= groups[r]
                     continue
                 if _stashes(code, r):
@@ -436,7 +436,8 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
 
 
 @njit(cache=True, error_model="numpy")
-def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work):
+def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work, kernels,
+                  kernel_args):
     """Rows r, r-1, .., r-count+1 of a fused reverse group (jitape_kernels.layout.reverse_groups) with one column:
     elementwise rows of one size, SUMs, MAXs and MINs reading that size and broadcasts to it, BLOCK entries at a
     time (a broadcast's input's cotangent summed block by block in the adjoint rows, an extremum's shares worked
@@ -444,7 +445,8 @@ def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, pla
     the group writes and reads in scratch buffers. Which rows run and which inputs they write first are the
     step's planned flags (scalars[:, SC_FLAGS]: planning.reverse_flags), so every block runs the same rules; the
     inputs they write are marked in `written` for the rows and moves after the group. The values the rules read
-    are in the arena (the run layout keeps what derivative rows read there)."""
+    are in the arena (the run layout keeps what derivative rows read there). After the shares, a group with a
+    generated kernel (kernels[r]: cpu.fusion.GroupKernels' table of the step's rows) runs it instead."""
     for q in range(r, r - count, -1):
         if scalars[q, SC_FLAGS] != 0:
             for c in range(3):
@@ -456,6 +458,11 @@ def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, pla
                 reduction.extremum_shares(_entries(code, q, oc.IN0_OFF, arena, 0, slots[code[q, oc.IN0], oc.SIZE]),
                                           _entries(code, q, oc.OUT_OFF, arena, 0, n_out), flat[go:go + n_out],
                                           iattr[code[q, oc.ATTR] + 1])
+    if kernels[r, KERNEL_ADDRESS] != 0:
+        start = kernels[r, KERNEL_ARGS]
+        call_kernel(kernels[r, KERNEL_ADDRESS],
+                    (arena, flat, iattr, fattr, kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]]))
+        return
     # the larger of the first row's operands: a SUM's input, a TILE's output
     size = max(slots[code[r, oc.IN0], oc.SIZE], slots[code[r, oc.OUT], oc.SIZE])
     for start in range(0, size, BLOCK):
@@ -742,8 +749,8 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                      whose scratch buffers are `scratch`'s too
     scalars, step_scalars   the compact rows of code's and step_code's scalar runs (layout.scalar_runs; the
                      reverse's with K = 1 only)
-    kernels, kernel_args    the generated kernels of the fused groups (cpu.fusion.GroupKernels; addresses 0:
-                     none)
+    kernels, kernel_args    the generated kernels of the fused groups, a row per row of code then of step_code
+                     (cpu.fusion.GroupKernels; addresses 0: none)
     """
     written = np.zeros(slots.shape[0], np.bool_)
     work = new_work()
@@ -763,7 +770,8 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
             written[steps[s, 7]] = True
             rows = slice(steps[s, 1], steps[s, 2])
             _reverse_rows(step_code[rows], slots, iattr, fattr, arena, adjoint, written, work, temps, work[:0],
-                          step_scalars[rows], step_groups[rows], step_places[rows], scratch)
+                          step_scalars[rows], step_groups[rows], step_places[rows], scratch,
+                          kernels[code.shape[0] + steps[s, 1]:code.shape[0] + steps[s, 2]], kernel_args)
         for m in range(steps[s, 5], steps[s, 6]):
             row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
             if offset < 0:
