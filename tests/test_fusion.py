@@ -1,7 +1,8 @@
 """The generated kernels of fused groups (jitape_kernels.cpu.fusion): every elementwise op and every broadcast a
 group holds, and the reduction after it a kernel computes, give the block-by-block run's bits, in plain replays,
 bound gradients, loaded functions and in-place variable updates; groups compile at the configured run, and
-broadcasts that do not fit one loop nest keep the block path."""
+broadcasts that do not fit one loop nest keep the block path; the reverse groups of bound gradients run generated
+kernels with the block path's bits too."""
 import os
 import re
 import subprocess
@@ -17,7 +18,7 @@ from jitape_kernels import opcodes as oc
 from jitape_kernels.cpu import fusion
 from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
 
-from .test_layout import BROADCASTS, _only_variant
+from .test_layout import BROADCASTS, REVERSE_CASES, _bound_arrays, _only_variant
 
 N = FUSE_MIN_SIZE + BLOCK + 3
 
@@ -340,3 +341,98 @@ print(len(fusion._COMPILED), sum(kernel._cache_hits for kernel in fusion._COMPIL
     runs = [subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
                            check=True).stdout.split() for _ in range(2)]
     assert runs[1] == ["1", "1"]
+
+
+# (opcode, a value of it over u and y) for every op a reverse group's generated kernel runs (fusion._UNARY_TERMS,
+# _BINARY_TERMS) but SCALE, which every case's u holds; u * u (one slot read twice) in LOG's and SQRT's
+REVERSE_RULES = [(oc.COPY, lambda u, y: jt.identity(u) * y), (oc.NEG, lambda u, y: -u),
+                 (oc.RELU, lambda u, y: jt.nn.relu(u)), (oc.SQUARE, lambda u, y: jt.square(u)),
+                 (oc.EXP, lambda u, y: jt.exp(u)), (oc.TANH, lambda u, y: jt.tanh(u)),
+                 (oc.SIGMOID, lambda u, y: jt.sigmoid(u)), (oc.LOG, lambda u, y: jt.math.log(u * u + y)),
+                 (oc.SQRT, lambda u, y: jt.sqrt(u * u + y)), (oc.LOG1P, lambda u, y: jt.math.log1p(u * u)),
+                 (oc.ADD, lambda u, y: u + y),
+                 (oc.SUB, lambda u, y: u - y), (oc.MUL, lambda u, y: u * y), (oc.DIV, lambda u, y: u / y)]
+
+
+def _generated_reverse_rows(arrays):
+    """The opcodes of the step-code rows in reverse groups that run generated kernels (a bound purpose's arrays)."""
+    table, groups, code = arrays["kernels"], arrays["step_groups"], arrays["step_code"]
+    n_run = arrays["code"].shape[0]
+    ops = set()
+    for r in np.flatnonzero(table[n_run:, fusion.KERNEL_ADDRESS]).tolist():
+        ops.update(code[r - groups[r] + 1:r + 1, oc.OP].tolist())
+    return ops
+
+
+def _gradients_both_ways(kernels_at, f, args):
+    """jt.grad of f w.r.t. every argument, replayed block by block and by generated kernels (the variant's bound
+    arrays of the latter too)."""
+    results = {}
+    for runs in (None, 1):
+        kernels_at(runs)
+        replayed = Function(f, differentiated=True)
+        g = jt.grad(replayed, argnums=tuple(range(len(args))))
+        g(*args), g(*args)      # traced, then bound
+        results[runs] = [t.numpy() for t in g(*args)]
+    return results[None], results[1], _bound_arrays(_only_variant(replayed))
+
+
+def test_every_reverse_rule_has_a_case():
+    assert {op for op, _ in REVERSE_RULES} | {oc.SCALE} == set(fusion._UNARY_TERMS) | set(fusion._BINARY_TERMS)
+
+
+@pytest.mark.parametrize("op,rule", REVERSE_RULES, ids=[oc.NAMES[op] for op, _ in REVERSE_RULES])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_reverse_rule_in_a_generated_kernel_gives_the_block_path_s_bits(kernels_at, op, rule, dtype):
+    """A bound gradient's reverse groups by generated kernels: every rule, SUM's broadcast cotangent and a value's
+    cotangent summed over several rows give the block path's bits (signed zeros included: RELU's and the -0.0
+    entries of x)."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1.5, 1.5, (N // 8, 8)).astype(dtype)
+    x[::7, 3] = -0.0
+    y = jt.constant(rng.uniform(0.25, 2.0, (N // 8, 8)).astype(dtype))
+    c = jt.constant(rng.uniform(-0.5, 0.5, (N // 8, 1)).astype(dtype))
+
+    def f(x, y, c):
+        u = (x + c) * 0.75
+        return jt.reduce_sum(jt.cast(rule(u, y), u.dtype) * y + u, axis=1)[3] + jt.reduce_sum(u * y)
+
+    blocks, generated, arrays = _gradients_both_ways(kernels_at, f, [jt.constant(x), y, c])
+    for got, want in zip(generated, blocks):
+        assert got.dtype == want.dtype == dtype
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert _generated_reverse_rows(arrays) >= {op, oc.SCALE, oc.SUM}
+
+
+@pytest.mark.parametrize("case", ["chain", "sums", "broadcasts", "extrema"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reverse_groups_with_sums_broadcasts_and_extrema_in_generated_kernels_give_the_block_path_s_bits(
+        kernels_at, case, dtype):
+    """test_layout's reverse cases: SUM's cotangent broadcast back along every axis arrangement, broadcasts summed
+    in order into their inputs' cotangents and MAX / MIN along the last axis with every row's extremum tied."""
+    rng = np.random.default_rng(3)
+    x = jt.constant(rng.uniform(0.1, 1.0, (2, (N + 3) // 4, 2)).astype(dtype))
+    blocks, generated, arrays = _gradients_both_ways(kernels_at, REVERSE_CASES[case], [x, jt.constant(dtype(0.5))])
+    for got, want in zip(generated, blocks):
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    ops = _generated_reverse_rows(arrays)
+    assert {"sums": oc.SUM, "broadcasts": oc.TILE, "extrema": oc.MIN}.get(case, oc.MUL) in ops
+
+
+def test_a_jacobian_s_replay_generates_no_reverse_group_kernel(kernels_at):
+    """Its step runs K columns row by row: a kernel for its reverse groups would never run. Its forward groups
+    still run theirs."""
+    kernels_at(1)
+
+    def f(x):
+        u = jt.tanh(x * 0.5) * x + 1.0
+        return jt.stack([jt.reduce_sum(u * u), jt.reduce_sum(u)])
+
+    replayed = Function(f, differentiated=True)
+    jacobian = jt.jacobian(replayed)
+    x = jt.constant(np.linspace(-1.0, 1.0, N))
+    eager = jacobian(x).numpy()     # the trace
+    np.testing.assert_allclose(jacobian(x).numpy(), eager, rtol=1e-14)
+    arrays = _bound_arrays(_only_variant(replayed))
+    assert (arrays["step_groups"] > 1).any()
+    assert not arrays["kernels"][arrays["code"].shape[0]:, fusion.KERNEL_ADDRESS].any()
