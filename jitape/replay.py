@@ -23,7 +23,8 @@ import weakref
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.layout import BLOCK, SC_FLAGS, logsumexp_stashes, reverse_groups, run_layout, scalar_runs
+from jitape_kernels.layout import (BLOCK, SC_FLAGS, hoisted, logsumexp_stashes, reverse_groups, run_layout,
+                                   scalar_runs)
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest, recycling
@@ -186,6 +187,7 @@ class Concrete:
         sources = [s for _, s in arg_slots] + [s for _, s in var_inputs] + trace.kept_constants
         rows = np.frombuffer(b"".join(trace._rows), np.int64).reshape(-1, 6)
         slot_rows = np.frombuffer(b"".join(trace._slot_rows), np.int64).reshape(-1, 3 + oc.MAXRANK)
+        rows = rows[hoisted(rows, slot_rows[:, 0])]
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
             rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, READS_ALL)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)

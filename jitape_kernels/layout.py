@@ -11,6 +11,11 @@ value it replaces (_in_place). The canonical layout (every slot's own rows)
 stays what derivatives, tapes and saving see; this one is derived from it per
 traced variant.
 
+Before any of it, a traced Program's small rows that part two runs of large
+rows of one size are moved before the first run where nothing changes but the
+order (hoisted): the two runs then form one group, in the forward and in the
+reverse.
+
 Every replay, plain or taking gradients, also runs three plans of this module:
 the fused reverse groups of its gradient steps (reverse_groups, the reverse
 sweep's counterpart of the fused groups), the compact rows of its scalar
@@ -34,6 +39,42 @@ FUSE_MIN_SIZE = 16384       # smaller groups gain nothing from blocks
  SC_FLAGS) = range(12)
 _SCALAR_COLUMNS = [oc.OP, oc.OUT_OFF, oc.IN0_OFF, oc.IN1_OFF, oc.ATTR, oc.OUT_ADJ, oc.IN0_ADJ, oc.IN1_ADJ, oc.IN0,
                    oc.IN1]
+
+
+def hoisted(rows, sizes):
+    """The order of a traced Program's recorded rows (op, out, in0, in1, in2, attr; sizes: per slot) in which each
+    run of rows under FUSE_MIN_SIZE entries between two runs of larger rows of one size comes before the first of
+    those, where that run writes nothing the small rows read and reads nothing they read (each cotangent then sums
+    its terms in the same order): the two large runs form one fused group. W8's `alphas + sum_qs` (25 entries)
+    parted its centred points' product from their squared norms, forward and reverse. Rows of negative opcodes
+    (a trace's gradient steps) and PLACE rows (several write one output) stay where they are, and so do the rows
+    of their runs."""
+    op = rows[:, 0]
+    size = sizes[rows[:, 1]]
+    large = (size >= FUSE_MIN_SIZE) & (op >= 0)
+    order = np.arange(rows.shape[0])
+    if large.all() or not large.any():
+        return order
+    order = order.tolist()
+    n, i = len(order), 0
+    while i < n:
+        if not large[order[i]]:
+            i += 1
+            continue
+        first, run_size = i, size[order[i]]
+        while i < n and large[order[i]] and size[order[i]] == run_size:
+            i += 1
+        stop = i
+        while stop < n and not large[order[stop]]:
+            stop += 1
+        if stop == i or stop == n or size[order[stop]] != run_size:
+            continue
+        group, small = order[first:i], order[i:stop]
+        touched = set(rows[group, 1:5].ravel().tolist()) - {-1}
+        if all(op[r] >= 0 and op[r] != oc.PLACE and touched.isdisjoint(rows[r, 1:5].tolist()) for r in small):
+            order[first:stop] = small + group
+            i = first + len(small)      # the merged run, which may part from the next one the same way
+    return np.array(order, np.int64)
 
 
 def _fusable(code, slots, iattr):

@@ -16,6 +16,7 @@ from jitape import nest
 from jitape.replay import Function
 from jitape_kernels import opcodes as oc
 from jitape_kernels.cpu import fusion
+from jitape_kernels.cpu.reduction import SHORT_ROWS
 from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
 
 from .test_layout import BROADCASTS, REVERSE_CASES, _bound_arrays, _only_variant
@@ -121,8 +122,9 @@ def test_broadcasts_in_generated_kernels_give_the_block_path_s_bits(kernels_at, 
     assert all(table[r, fusion.KERNEL_ADDRESS] != 0 for r in starts) == nests
 
 
-# (shape, axis) of a reduction right after a group: rows of at most SHORT_ROWS entries (row_sum), rows summed
-# pairwise (over 128), an inner axis kept (entry by entry), all three axes, one row of every entry
+# (shape, axis) of a reduction right after a group: rows of at most SHORT_ROWS entries (left to the reduction's
+# row kernel), rows summed pairwise (over 128), an inner axis kept (entry by entry), all three axes, one row of
+# every entry
 REDUCED = [((N // 8, 8), 1), ((80, 300), 1), ((300, 64), 0), ((30, 40, 20), 1), ((N,), 0)]
 
 
@@ -135,7 +137,8 @@ def _bits(a):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_reduction_after_a_group_computed_in_its_kernel_gives_the_reduction_kernel_s_bits(kernels_at, reduce,
                                                                                            shape, axis, dtype):
-    """Signed zeros (which the first of two equal extrema decides) and NaN included."""
+    """Signed zeros (which the first of two equal extrema decides) and NaN included. Short rows along the last
+    axis stay the reduction kernel's (a call per row of a few entries is slower than its pass)."""
     rng = np.random.default_rng(len(shape) + axis)
     x = rng.uniform(-2, 2, shape).astype(dtype)
     x.reshape(-1)[::7] = -0.0
@@ -156,7 +159,8 @@ def test_a_reduction_after_a_group_computed_in_its_kernel_gives_the_reduction_ke
     np.testing.assert_array_equal(_bits(values[1]), _bits(values[None]))
     concrete = _only_variant(replayed)
     table, (r0,) = concrete._replayers["cpu"].args[-2], np.flatnonzero(concrete._fused)
-    assert table[r0, fusion.KERNEL_ADDRESS] != 0 and table[r0, fusion.KERNEL_END] == concrete._fused[r0] + 1
+    absorbed = not (axis == len(shape) - 1 and shape[axis] <= SHORT_ROWS)
+    assert table[r0, fusion.KERNEL_ADDRESS] != 0 and table[r0, fusion.KERNEL_END] == concrete._fused[r0] + absorbed
 
 
 @pytest.mark.parametrize("axis", [1, 0])

@@ -465,3 +465,57 @@ def test_two_gradient_steps_share_one_logsumexp_stash():
     assert len(concrete.gradient_steps) == 2
     stashed = concrete._step_code[concrete._step_code[:, oc.OP] == oc.LOGSUMEXP, oc.STASH]
     assert stashed.size == 2 and np.all(stashed == 50 + 1)     # 50 exponentials, one reciprocal
+
+
+# slots of the hoisting cases: 0 a large input, 1 a small one, 2 and 4 large values, 3 a small one
+_SIZES = np.array([FUSE_MIN_SIZE, 25, FUSE_MIN_SIZE, 25, FUSE_MIN_SIZE, 25])
+
+
+def _rows(*rows):
+    return np.array([list(r) + [-1] * (6 - len(r)) for r in rows], np.int64)
+
+
+@pytest.mark.parametrize("small,moves", [
+    ((oc.ADD, 3, 1, 1), True),              # reads nothing the first large run touches
+    ((oc.ADD, 3, 1, 2), False),             # reads what it computes
+    ((oc.ADD, 3, 0, 1), False),             # reads what it reads: the terms of slot 0's cotangent keep their order
+    ((oc.PLACE, 3, 1), False),              # several rows write a PLACE's output
+    ((replay.GRADIENT_STEP, 3, 1, 1), False),
+])
+def test_small_rows_between_two_runs_of_large_rows_of_one_size_move_before_the_first(small, moves):
+    rows = _rows((oc.MUL, 2, 0, 0), small, (oc.ADD, 4, 2, 0), (oc.SUM, 5, 4))
+    order = layout.hoisted(rows, _SIZES)
+    assert order.tolist() == ([1, 0, 2, 3] if moves else [0, 1, 2, 3])
+
+
+def test_small_rows_between_large_rows_of_other_sizes_stay():
+    sizes = _SIZES.copy()
+    sizes[4] = 2 * FUSE_MIN_SIZE
+    rows = _rows((oc.MUL, 2, 0, 0), (oc.ADD, 3, 1, 1), (oc.TILE, 4, 2))
+    assert layout.hoisted(rows, sizes).tolist() == [0, 1, 2]
+
+
+def test_hoisted_rows_join_two_groups_and_change_no_bit(monkeypatch):
+    """W8's pattern: a small sum between a product and the squared norms of its result. Replays with the rows
+    moved (one group more in the forward and the reverse) give the bits of replays without, values and gradients."""
+    def f(x, c, a, b):
+        u = (x - c) * 0.5
+        v = u + jt.sin(a)       # a broadcast added after a row of the small values
+        w = jt.exp(a) + b
+        return jt.reduce_sum(jt.reduce_sum(v * v, axis=1) * w[0]) + jt.reduce_sum(w)
+
+    rng = np.random.default_rng(2)
+    args = [jt.constant(rng.normal(size=s)) for s in [(FUSE_MIN_SIZE // 16, 16), (1, 16), (16,), (16,)]]
+
+    def replays():
+        g = jt.grad(Function(f, differentiated=True), argnums=(0, 1, 2, 3))
+        value = jt.function(f)
+        return [t.numpy() for _ in range(3) for t in g(*args)][-4:] + [value(*args).numpy() for _ in range(3)][-1:]
+
+    orders = []
+    monkeypatch.setattr(replay, "hoisted", lambda rows, sizes: orders.append(layout.hoisted(rows, sizes)) or orders[-1])
+    moved = replays()
+    assert all(np.any(order != np.arange(order.size)) for order in orders)
+    monkeypatch.setattr(replay, "hoisted", lambda rows, sizes: np.arange(rows.shape[0]))
+    for got, want in zip(moved, replays()):
+        np.testing.assert_array_equal(got, want)

@@ -53,6 +53,7 @@ from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
 from .. import _CACHE_DIR, _KernelCache, opcodes as oc
+from .reduction import SHORT_ROWS
 
 # the kernels' table, per run-code row that starts a generated group: its kernel's address (0: none; the block
 # path), where its arguments start in the argument array and how many, and the row after the last it computes
@@ -178,6 +179,8 @@ def _absorbed_reduction(run, iattr, r0, r1, size):
         return None
     a = int(run[r1, oc.ATTR])
     outer, n, inner = (int(v) for v in iattr[a:a + 3])
+    if inner == 1 and n <= SHORT_ROWS:     # a call of reduce_row per short row: slower than the row kernel's pass
+        return None
     return (outer, n, inner) if n > 1 and outer * n * inner == size else None
 
 

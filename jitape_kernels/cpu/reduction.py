@@ -386,14 +386,13 @@ def row_sum(x2, o):
 
 @njit(cache=True, error_model="numpy", inline="always")
 def reduce_row(op, row, work):
-    """The SUM, MIN or MAX of `row` as reduce_forward reduces one row of a reduction over the last axis (its
-    order, so the same bits): a generated kernel (cpu.fusion) reduces each row it computed with it, `op` a
-    constant there (inlined, the other ops' branches are dropped: a call per row of 100 took 1.4x as long)."""
+    """The SUM, MIN or MAX of `row` (more than SHORT_ROWS entries) as reduce_forward reduces one row of a reduction
+    over the last axis (its order, so the same bits): a generated kernel (cpu.fusion) reduces each row it computed
+    with it, `op` a constant there (inlined, the other ops' branches are dropped: a call per row of 100 took 1.4x
+    as long). Shorter rows are left to reduce_forward's pass (cpu.fusion._absorbed_reduction)."""
     n = row.size
     if op != oc.SUM:
         return _row_extremum(row.reshape(1, n), 0, op == oc.MAX, lanes(work).view(row.dtype))
-    if n <= SHORT_ROWS:
-        return row_sum(row.reshape(1, n), 0)
     return pairwise_sum(row, 0, n, frames(work), lanes(work).view(row.dtype))
 
 
