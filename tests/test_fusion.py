@@ -17,7 +17,7 @@ from jitape.replay import Function
 from jitape_kernels import opcodes as oc
 from jitape_kernels.cpu import fusion
 from jitape_kernels.cpu.reduction import SHORT_ROWS
-from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
+from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE, SC_FLAGS
 
 from .test_layout import BROADCASTS, REVERSE_CASES, _bound_arrays, _only_variant
 
@@ -440,3 +440,29 @@ def test_a_jacobian_s_replay_generates_no_reverse_group_kernel(kernels_at):
     arrays = _bound_arrays(_only_variant(replayed))
     assert (arrays["step_groups"] > 1).any()
     assert not arrays["kernels"][arrays["code"].shape[0]:, fusion.KERNEL_ADDRESS].any()
+
+
+@pytest.mark.parametrize("bias", [(1, 1, 50), (1, 2, 50)], ids=["rows split", "whole rows"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_reverse_kernel_divides_tied_extrema_s_cotangents_as_the_block_path(kernels_at, bias, dtype):
+    """Minima of rows of 100 with ties in every row: a kernel whose innermost loop runs along whole rows counts
+    each row's ties before it; one whose innermost loop a broadcast splits (a bias of 50 entries) leaves the shares
+    to extremum_shares before its loops. Both give the block path's bits."""
+    rng = np.random.default_rng(9)
+    x = jt.constant(np.round(rng.uniform(0.0, 3.0, (FUSE_MIN_SIZE // 100 + 8, 2, 50)), 0).astype(dtype))
+    c = jt.constant(rng.uniform(-0.5, 0.5, bias).astype(dtype))
+
+    def f(x, c):
+        u = jt.reshape(jt.square(x - c) * 0.5, (x.shape[0], 100))
+        return jt.reduce_sum(jt.reduce_min(u, axis=1))
+
+    blocks, generated, arrays = _gradients_both_ways(kernels_at, f, [x, c])
+    for got, want in zip(generated, blocks):
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert {oc.MIN, oc.TILE} <= _generated_reverse_rows(arrays)
+    code, groups = arrays["step_code"], arrays["step_groups"]
+    (r,) = [r for r in np.flatnonzero(groups > 1).tolist() if oc.MIN in code[r - groups[r] + 1:r + 1, oc.OP]]
+    source, _ = fusion._reverse_source(code, arrays["slots"], arrays["iattr"], arrays["step_places"],
+                                       arrays["step_scalars"][:, SC_FLAGS], r, int(groups[r]), dtype)
+    split = bias == (1, 1, 50)
+    assert ("extremum_shares(x" in source) == split and ("ties" in source) != split

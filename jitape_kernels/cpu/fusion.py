@@ -32,9 +32,10 @@ A gradient step's fused reverse groups (layout.reverse_groups) are generated
 the same way (_reverse_source): one loop nest in which each entry's cotangents
 pass from row to row in registers, with the rules of the reverse block kernels
 (_UNARY_TERMS, _BINARY_TERMS), SUM's cotangent read as a broadcast, a MAX's or
-MIN's shares on its extrema, and a broadcast's input's cotangent summed in
-order (W10's reverse over its distance matrix: one read of the distances and
-one write of the product's cotangent, 1.7 -> 0.65 ms with its shares' pass).
+MIN's shares on its extrema (each row's ties counted just before it), and a
+broadcast's input's cotangent summed in order (W10's reverse over its distance
+matrix: one read of the distances and one write of the product's cotangent,
+~1.7 -> ~0.55 ms).
 A variant's groups are compiled at its third replay
 (jitape.config.fused_kernel_runs): a function called once or twice never waits
 for a compile.
@@ -266,7 +267,7 @@ def _module(arrays, lines):
         "import numpy as np",
         "from numba import carray",
         "",
-        "from jitape_kernels.cpu.reduction import reduce_row",
+        "from jitape_kernels.cpu.reduction import extremum_shares, reduce_row",
         "from jitape_kernels.cpu.vectormath import exp_entry, log_entry, sigmoid_entry, tanh_entry",
         "from jitape_kernels.cpu.workspace import new_work",
         "",
@@ -406,7 +407,7 @@ def _reverse_source(code, slots, iattr, places, flags, r, count, dtype):
     """(source, arguments) of the generated kernel of the fused reverse group of step-code rows r, r-1, ..,
     r-count+1 (layout.reverse_groups; flags: planning.reverse_flags' per row), or None where a row has no rule here
     (_UNARY_TERMS, _BINARY_TERMS, SUM, MAX, MIN, TILE) or its broadcasts and reductions do not nest (loop_nest).
-    It runs what interpreter.fused_reverse runs block by block after its extrema's shares, entry by entry in one
+    It runs what interpreter.fused_reverse runs block by block (its extrema's shares too), entry by entry in one
     loop nest with the same bits: each entry's cotangents in registers, those of the adjoint rows loaded where the
     group does not write them first and stored after the entry's last row; a broadcast's input's cotangent summed
     in order in the adjoint rows (zeroed first where the group writes it first)."""
@@ -458,20 +459,41 @@ def _reverse_source(code, slots, iattr, places, flags, r, count, dtype):
         else:
             loops.body.append(f"{name} = np.{scalar}({name} + {term})")
 
+    def summed(q, k):
+        """SUM row q's cotangent at the entry: its reduced entry's."""
+        loops.view(f"r{k}", "flat", code[q, oc.OUT_ADJ], slots[code[q, oc.OUT], oc.SIZE])
+        return loops.broadcast(f"rg{k}", f"r{k}", repeats[q])
+
+    def on_extrema(q, k):
+        """MAX/MIN row q's cotangent at the entry: its row's share of the cotangent where the entry is the row's
+        extremum, else 0 (_extremum_transposed's). The share divides the reduced entry's cotangent by the row's
+        ties (extremum_shares), counted before each run of the innermost loop where that runs along whole rows
+        (each row read once more from cache), else by extremum_shares before the loops (over the reduced
+        cotangent, which nothing reads after)."""
+        n, n_out = int(iattr[code[q, oc.ATTR] + 1]), slots[code[q, oc.OUT], oc.SIZE]
+        x = entry("arena", code[q, oc.IN0_OFF])
+        loops.view(f"r{k}", "flat", code[q, oc.OUT_ADJ], n_out)
+        loops.view(f"e{k}", "arena", code[q, oc.OUT_OFF], n_out)
+        extremum = loops.broadcast(f"re{k}", f"e{k}", repeats[q])
+        if repeats[q][0] and (spans[1] if len(spans) > 1 else size) == n:
+            loops.before_inner += [f"ties{k} = 0", "for t in range(n0):",
+                                   f"    ties{k} += {x.replace('[j]', '[t]')} == {extremum}"]
+            share = loops.broadcast(f"rg{k}", f"r{k}", repeats[q])
+            loops.before_inner.append(f"rs{k} = np.{scalar}({share} / np.{scalar}(max(ties{k}, 1)))")
+            share = f"rs{k}"
+        else:
+            loops.view(f"x{k}", "arena", code[q, oc.IN0_OFF], size)
+            loops.setup.append(f"extremum_shares(x{k}, e{k}, r{k}, {loops.argument(n)})")
+            share = loops.broadcast(f"rg{k}", f"r{k}", repeats[q])
+        return f"{share} * (one if {x} == {extremum} else zero)"
+
     try:
         for k, q in enumerate(rows):
             op = int(code[q, oc.OP])
             has = [code[q, oc.IN0 + c] >= 0 and code[q, oc.IN0_ADJ + c] >= 0 for c in range(3)]
             if op in (oc.SUM, oc.MAX, oc.MIN):
-                n_out = slots[code[q, oc.OUT], oc.SIZE]
-                loops.view(f"r{k}", "flat", code[q, oc.OUT_ADJ], n_out)
-                g = loops.broadcast(f"rg{k}", f"r{k}", repeats[q])
-                if op != oc.SUM:        # its row's share (extremum_shares) on the extrema, as _extremum_transposed
-                    loops.view(f"e{k}", "arena", code[q, oc.OUT_OFF], n_out)
-                    extremum = loops.broadcast(f"re{k}", f"e{k}", repeats[q])
-                    g = f"{g} * (one if {entry('arena', code[q, oc.IN0_OFF])} == {extremum} else zero)"
                 if has[0]:
-                    add(q, 0, g)
+                    add(q, 0, (summed if op == oc.SUM else on_extrema)(q, k))
                 continue
             out = int(code[q, oc.OUT])
             if out in cotangents:

@@ -445,24 +445,25 @@ def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, pla
     the group writes and reads in scratch buffers. Which rows run and which inputs they write first are the
     step's planned flags (scalars[:, SC_FLAGS]: planning.reverse_flags), so every block runs the same rules; the
     inputs they write are marked in `written` for the rows and moves after the group. The values the rules read
-    are in the arena (the run layout keeps what derivative rows read there). After the shares, a group with a
-    generated kernel (kernels[r]: cpu.fusion.GroupKernels' table of the step's rows) runs it instead."""
+    are in the arena (the run layout keeps what derivative rows read there). A group with a generated kernel
+    (kernels[r]: cpu.fusion.GroupKernels' table of the step's rows) runs it instead, shares included."""
     for q in range(r, r - count, -1):
         if scalars[q, SC_FLAGS] != 0:
             for c in range(3):
                 if code[q, oc.IN0 + c] >= 0 and code[q, oc.IN0_ADJ + c] >= 0:
                     written[code[q, oc.IN0 + c]] = True
-            op = code[q, oc.OP]
-            if (op == oc.MAX or op == oc.MIN) and code[q, oc.IN0_ADJ] >= 0:     # each row's share, first
-                go, n_out = code[q, oc.OUT_ADJ], slots[code[q, oc.OUT], oc.SIZE]
-                reduction.extremum_shares(_entries(code, q, oc.IN0_OFF, arena, 0, slots[code[q, oc.IN0], oc.SIZE]),
-                                          _entries(code, q, oc.OUT_OFF, arena, 0, n_out), flat[go:go + n_out],
-                                          iattr[code[q, oc.ATTR] + 1])
     if kernels[r, KERNEL_ADDRESS] != 0:
         start = kernels[r, KERNEL_ARGS]
         call_kernel(kernels[r, KERNEL_ADDRESS],
                     (arena, flat, iattr, fattr, kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]]))
         return
+    for q in range(r, r - count, -1):
+        op = code[q, oc.OP]
+        if scalars[q, SC_FLAGS] != 0 and (op == oc.MAX or op == oc.MIN) and code[q, oc.IN0_ADJ] >= 0:
+            go, n_out = code[q, oc.OUT_ADJ], slots[code[q, oc.OUT], oc.SIZE]     # each row's share, first
+            reduction.extremum_shares(_entries(code, q, oc.IN0_OFF, arena, 0, slots[code[q, oc.IN0], oc.SIZE]),
+                                      _entries(code, q, oc.OUT_OFF, arena, 0, n_out), flat[go:go + n_out],
+                                      iattr[code[q, oc.ATTR] + 1])
     # the larger of the first row's operands: a SUM's input, a TILE's output
     size = max(slots[code[r, oc.IN0], oc.SIZE], slots[code[r, oc.OUT], oc.SIZE])
     for start in range(0, size, BLOCK):
