@@ -78,6 +78,8 @@ _ENTRY_RULES = {
 }
 
 _GENERATED_DIR = _CACHE_DIR / "fused"
+# what a kernel calls to reduce each row it computed (see _group_source)
+_ROW_REDUCERS = {oc.SUM: "sum_of_row", oc.MAX: "max_of_row", oc.MIN: "min_of_row"}
 _COMPILED = {}      # source digest -> CFunc, for this process
 
 
@@ -180,7 +182,7 @@ def _absorbed_reduction(run, iattr, r0, r1, size):
         return None
     a = int(run[r1, oc.ATTR])
     outer, n, inner = (int(v) for v in iattr[a:a + 3])
-    if inner == 1 and n <= SHORT_ROWS:     # a call of reduce_row per short row: slower than the row kernel's pass
+    if inner == 1 and n <= SHORT_ROWS:     # a call of sum_of_row (...) per short row: slower than the row kernel's pass
         return None
     return (outer, n, inner) if n > 1 and outer * n * inner == size else None
 
@@ -267,7 +269,7 @@ def _module(arrays, lines):
         "import numpy as np",
         "from numba import carray",
         "",
-        "from jitape_kernels.cpu.reduction import extremum_shares, reduce_row",
+        "from jitape_kernels.cpu.reduction import extremum_shares, max_of_row, min_of_row, sum_of_row",
         "from jitape_kernels.cpu.vectormath import exp_entry, log_entry, sigmoid_entry, tanh_entry",
         "from jitape_kernels.cpu.workspace import new_work",
         "",
@@ -284,9 +286,9 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
     group r0..r1-1, or None where a row's op has no entry rule (_ENTRY_RULES), its broadcasts do not nest
     (loop_nest) or it writes a value over its input (below). A SUM, MIN or MAX of one of its values right after
     it (_absorbed_reduction) is computed in its loop, in the reduction kernel's order: row by row with
-    reduction.reduce_row along the last axis, entry by entry along the others. The value it reduces is then
-    stored only where a row outside the two reads it, or `kept` (per slot: read by gradient steps, an output,
-    guard or write). Its arguments: each loop's count, innermost first, then an arena offset per broadcast input,
+    reduction.sum_of_row (max_of_row, min_of_row) along the last axis, entry by entry along the others. The value
+    it reduces is then stored only where a row outside the two reads it, or `kept` (per slot: read by gradient
+    steps, an output, guard or write). Its arguments: each loop's count, innermost first, then an arena offset per broadcast input,
     per input read from the arena and per output stored there, and the attribute row of each SCALE."""
     scalar = "float64" if np.dtype(dtype) == np.float64 else "float32"
     size = int(slots[run[r0, oc.OUT], oc.SIZE])
@@ -362,7 +364,7 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
             else:
                 reduced_view = f"{reduced_view}[{row_first}:{row_first} + {row_size}]"
             setup.append("work = new_work()")
-            after_index[row_level].append(f"red[{row_first} // {row_size}] = reduce_row({op}, {reduced_view}, work)")
+            after_index[row_level].append(f"red[{row_first} // {row_size}] = {_ROW_REDUCERS[op]}({reduced_view}, work)")
         else:               # entry by entry into the outputs, each reduced axis's entries in order
             setup.append(f"red[:] = {'0' if op == oc.SUM else 'np.inf' if op == oc.MIN else '-np.inf'}")
             at = loops.position("red", repeats)       # the innermost loop runs along the kept inner axis

@@ -76,7 +76,7 @@ def _prod_across_rows(x3, out2):
                 out2[o, i] *= x3[o, a, i]
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", forceinline=True)
 def _further(value, best, largest):
     """value if it beats best (or is NaN: NaN propagates, and once best is NaN nothing beats it)."""
     return value if ((value > best if largest else value < best) or value != value) else best
@@ -147,7 +147,7 @@ def _row_extremum_with_nan(x2, o, largest, init):
     return _eight_running(x2, o, largest, init, True)[0]
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", forceinline=True)
 def _eight_running(x2, o, largest, init, tests_nan):
     """(the largest (smallest) entry of row o, whether the row holds a NaN) in eight independent running values
     (LLVM packs them into vector registers), written out as scalars so no store to memory lies between a value
@@ -178,7 +178,7 @@ def _eight_running(x2, o, largest, init, tests_nan):
     return best, nan
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", forceinline=True)
 def _running(value, best, largest, tests_nan):
     """_further (tests_nan), else value if it beats best (_further for values that are not NaN)."""
     if tests_nan:
@@ -385,15 +385,33 @@ def row_sum(x2, o):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def reduce_row(op, row, work):
+def _reduce_row(op, row, work):
     """The SUM, MIN or MAX of `row` (more than SHORT_ROWS entries) as reduce_forward reduces one row of a reduction
-    over the last axis (its order, so the same bits): a generated kernel (cpu.fusion) reduces each row it computed
-    with it, `op` a constant there (inlined, the other ops' branches are dropped: a call per row of 100 took 1.4x
-    as long). Shorter rows are left to reduce_forward's pass (cpu.fusion._absorbed_reduction)."""
+    over the last axis (its order, so the same bits). Shorter rows are left to reduce_forward's pass
+    (cpu.fusion._absorbed_reduction)."""
     n = row.size
     if op != oc.SUM:
         return _row_extremum(row.reshape(1, n), 0, op == oc.MAX, lanes(work).view(row.dtype))
     return pairwise_sum(row, 0, n, frames(work), lanes(work).view(row.dtype))
+
+
+# _reduce_row for one op each (its other ops' branches dropped: with `op` an argument a call per row of 100 took
+# 1.4x as long), for the generated kernels of fused groups (cpu.fusion), which reduce each row they computed with
+# them. Not inlined by numba, whose inlining copies the helpers' IR into every kernel (7-8 s of compile a kernel
+# against ~0.5), but by LLVM (forceinline: called, a row of 100 took 20 ns more).
+@njit(cache=True, error_model="numpy", forceinline=True)
+def sum_of_row(row, work):
+    return _reduce_row(oc.SUM, row, work)
+
+
+@njit(cache=True, error_model="numpy", forceinline=True)
+def max_of_row(row, work):
+    return _reduce_row(oc.MAX, row, work)
+
+
+@njit(cache=True, error_model="numpy", forceinline=True)
+def min_of_row(row, work):
+    return _reduce_row(oc.MIN, row, work)
 
 
 @njit(cache=True, error_model="numpy")
