@@ -182,7 +182,7 @@ def _absorbed_reduction(run, iattr, r0, r1, size):
         return None
     a = int(run[r1, oc.ATTR])
     outer, n, inner = (int(v) for v in iattr[a:a + 3])
-    if inner == 1 and n <= SHORT_ROWS:     # a call of sum_of_row (...) per short row: slower than the row kernel's pass
+    if inner == 1 and n <= SHORT_ROWS:     # a call per short row (sum_of_row ...): slower than the row kernel's pass
         return None
     return (outer, n, inner) if n > 1 and outer * n * inner == size else None
 
@@ -288,8 +288,9 @@ def _group_source(run, slots, iattr, places, r0, r1, dtype, kept):
     it (_absorbed_reduction) is computed in its loop, in the reduction kernel's order: row by row with
     reduction.sum_of_row (max_of_row, min_of_row) along the last axis, entry by entry along the others. The value
     it reduces is then stored only where a row outside the two reads it, or `kept` (per slot: read by gradient
-    steps, an output, guard or write). Its arguments: each loop's count, innermost first, then an arena offset per broadcast input,
-    per input read from the arena and per output stored there, and the attribute row of each SCALE."""
+    steps, an output, guard or write). Its arguments: each loop's count, innermost first, then an arena offset per
+    broadcast input, per input read from the arena and per output stored there, and the attribute row of each
+    SCALE."""
     scalar = "float64" if np.dtype(dtype) == np.float64 else "float32"
     size = int(slots[run[r0, oc.OUT], oc.SIZE])
     if any(run[r, oc.OP] != oc.TILE and run[r, oc.OP] not in _ENTRY_RULES for r in range(r0, r1)):
