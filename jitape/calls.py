@@ -17,7 +17,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 
 from . import nest
-from .recording import _snapshots, _state
+from .recording import _snapshots, _state, append_record
 from .tape import GradientTape
 from .tensor import Tensor
 
@@ -103,7 +103,7 @@ def _record(tape, concrete, inputs, out_leaves, vjps):
         if entry[0] == "slot" and isinstance(out, Tensor):
             tape._slot_of[out._id] = int(mapping[entry[1]])
             tape._tracked.add(out._id)
-            tape._records.append((CALL, snapshots, out, vjp))
+            append_record(tape._records, CALL, snapshots, out, vjp)
 
 
 _FLOAT_COUNT = np.array(oc.FLOAT_COUNT)

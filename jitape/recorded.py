@@ -16,7 +16,7 @@ from .tensor import Tensor
 
 def gradient(tape, targets, seeds, sources):
     """Reverse accumulation in Python over the records, with VJPs written in jitape ops."""
-    records = tape._records[:]
+    records = tape.records()
     active = {s._id for s in sources}
     for prim, inputs, out, _ in records:
         if prim.differentiable:         # comparisons pass no derivative on
@@ -95,7 +95,7 @@ def per_example_gradients(tape, target, sources):
         return [None] * len(sources)
     program, (_, _, modes, _, _, _, layouts) = planned
     batch = target.shape[0]
-    tensors = {tape._slot_of[t._id]: t for _, inputs, out, _ in tape._records for t in (*inputs, out)
+    tensors = {tape._slot_of[t._id]: t for _, inputs, out, _ in tape.records() for t in (*inputs, out)
                if not t._is_variable}
     junctions = [r for r in range(len(program)) if modes[r] == JUNCTION]
     if any(program.code[r, oc.OUT] not in tensors for r in junctions):

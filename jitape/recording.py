@@ -4,6 +4,14 @@ A tape records each op whose inputs it tracks twice over: as a Python record
 (primitive, inputs, output, params) for the recorded path that nested tapes
 need (recorded.py), and as flat integer rows plus the recorded values, which
 lower to a Program without any Python per op (program.py).
+
+The Python records lie flat in one list, five entries per op (see
+append_record), so that the only object an op leaves alive is its output
+Tensor: Python's cyclic garbage collector traverses every object a tape keeps
+in its full collections, whose number grows with what recordings keep and whose
+cost grows with everything else the process holds (a process with TensorFlow,
+PyTorch and JAX loaded spent half of W9's eager gradient in them with three
+objects per op).
 """
 import functools
 import math
@@ -48,6 +56,23 @@ def _slot_row(shape, is_float64, what="jitape"):
     return row
 
 
+# the fifth entry of an op's record: its fourth holds its only input, or the tuple of its inputs (none, or three
+# or more); otherwise the fourth and fifth are its two inputs
+_ONE_INPUT = object()
+_INPUTS = object()
+
+
+def append_record(records, prim, inputs, out, params):
+    """Append an op's record to a tape's `records` as five entries: prim, out, params and its inputs."""
+    n = len(inputs)
+    if n == 2:
+        records.extend((prim, out, params, inputs[0], inputs[1]))
+    elif n == 1:
+        records.extend((prim, out, params, inputs[0], _ONE_INPUT))
+    else:
+        records.extend((prim, out, params, tuple(inputs), _INPUTS))
+
+
 class _State(threading.local):
     def __init__(self):
         self.recording = []
@@ -74,7 +99,7 @@ class Recording:
         self._clear()
 
     def _clear(self):
-        self._records = []              # (primitive, inputs, output, params) for Python VJPs
+        self._records = []              # per op, five entries (see append_record); records() reads them
         self._rows = []                 # per instruction, 6 int64 (op, out, in0, in1, in2, attr) as bytes
         self._slot_rows = []            # per slot, 3 + MAXRANK int64 (size, rank, is_float64, dims) as bytes (a
                                         # list: an append costs a tenth of a recorded op less than bytearray's +=)
@@ -121,6 +146,12 @@ class Recording:
             yield
         finally:
             self._push()
+
+    def records(self):
+        """(primitive, inputs, output, params) of every op this tape recorded, in order."""
+        r = self._records
+        return [(prim, (first,) if second is _ONE_INPUT else first if second is _INPUTS else (first, second),
+                 out, params) for prim, out, params, first, second in zip(r[0::5], r[1::5], r[2::5], r[3::5], r[4::5])]
 
     def reset(self):
         """Forget everything recorded so far; the tape keeps recording if it was."""
@@ -224,7 +255,7 @@ class Recording:
                 ins[i] = self._new_slot(t) if slot is None else slot
         attr = self._attr(iblock, fblock) if iblock or fblock else -1
         self._rows.append(_pack_row(prim.opcode, self._new_slot(out), ins[0], ins[1], ins[2], attr))
-        self._records.append((prim, _snapshots(inputs) if reads_variable else inputs, out, params))
+        append_record(self._records, prim, _snapshots(inputs) if reads_variable else inputs, out, params)
         tracked.add(out._id)
 
     def _record_rows(self, prim, inputs, out, params, rows):
@@ -236,7 +267,7 @@ class Recording:
         for opcode, positions, iblock in rows:
             ins = [slots[p] for p in positions] + [-1] * (3 - len(positions))
             self._add_row(opcode, out_slot, ins[0], ins[1], ins[2], self._attr(iblock, ()))
-        self._records.append((prim, _snapshots(inputs), out, params))
+        append_record(self._records, prim, _snapshots(inputs), out, params)
         self._tracked.add(out._id)
 
     # -- differentiation -------------------------------------------------------------------
@@ -300,7 +331,10 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
         tape._slot_rows.append(row)
         slot_of[out._id] = slot
         tape._rows.append(_pack_row(prim.opcode, slot, s0, s1, -1, attr))
-        tape._records.append((prim, inputs, out, params))
+        if n == 2:      # append_record, inline
+            tape._records.extend((prim, out, params, inputs[0], t))
+        else:
+            tape._records.extend((prim, out, params, t, _ONE_INPUT))
         tracked.add(out._id)
     return out
 

@@ -17,7 +17,7 @@ def _on(path, tape, fn, watched=()):
     if path == "compiled":
         return fn()
     with jt.GradientTape() as enclosing:
-        enclosing.watch(list(watched) or [out for _, _, out, _ in tape._records])
+        enclosing.watch(list(watched) or [out for _, _, out, _ in tape.records()])
         return fn()
 
 

@@ -133,7 +133,7 @@ def _recorded(tape, fn):
     """fn() under an enclosing tape that watches what `tape` recorded: the Python VJP path, independent of the
     compiled sweeps."""
     with jt.GradientTape() as enclosing:
-        enclosing.watch([out for _, _, out, _ in tape._records])
+        enclosing.watch([out for _, _, out, _ in tape.records()])
         return fn()
 
 

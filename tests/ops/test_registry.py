@@ -634,7 +634,7 @@ def _check(name, args):
         tape.watch(tensors)
         y = case.fn(*_substitute(args, where, tensors))
     program = tape.program(y, tensors)
-    for prim, inputs, out, params in tape._records:      # every recorded op's shape rule agrees
+    for prim, inputs, out, params in tape.records():      # every recorded op's shape rule agrees
         assert prim.shape(tuple(t.shape for t in inputs), params) == out.shape, f"{name}: {prim.name} shape rule"
 
     # njit forward == numpy: clear every computed value, replay, compare the target
