@@ -6,12 +6,14 @@ need (recorded.py), and as flat integer rows plus the recorded values, which
 lower to a Program without any Python per op (program.py).
 
 The Python records lie flat in one list, five entries per op (see
-append_record), so that the only object an op leaves alive is its output
-Tensor: Python's cyclic garbage collector traverses every object a tape keeps
-in its full collections, whose number grows with what recordings keep and whose
-cost grows with everything else the process holds (a process with TensorFlow,
-PyTorch and JAX loaded spent half of W9's eager gradient in them with three
-objects per op).
+append_record), and name tensors by id, so that an op leaves no object alive
+on a tape: Python's cyclic garbage collector traverses every object a tape
+keeps in its full collections, whose number grows with what recordings keep and
+whose cost grows with everything else the process holds (a process with
+TensorFlow, PyTorch and JAX loaded spent half of W9's eager gradient in them
+with three objects per op). records() rebuilds the tensors from their ids and
+recorded values, as VariableRead does: tapes and derivatives tell tensors apart
+by id alone.
 """
 import functools
 import math
@@ -62,15 +64,21 @@ _ONE_INPUT = object()
 _INPUTS = object()
 
 
+def _entry(t):
+    """A recorded input: a tensor's id (the tape holds its value in its slot), or a variable's read itself."""
+    return t._id if type(t) is Tensor else t
+
+
 def append_record(records, prim, inputs, out, params):
-    """Append an op's record to a tape's `records` as five entries: prim, out, params and its inputs."""
+    """Append an op's record to a tape's `records` as five entries: prim, out's id, params and its inputs (every
+    input has a slot on the tape, as out has)."""
     n = len(inputs)
     if n == 2:
-        records.extend((prim, out, params, inputs[0], inputs[1]))
+        records.extend((prim, out._id, params, _entry(inputs[0]), _entry(inputs[1])))
     elif n == 1:
-        records.extend((prim, out, params, inputs[0], _ONE_INPUT))
+        records.extend((prim, out._id, params, _entry(inputs[0]), _ONE_INPUT))
     else:
-        records.extend((prim, out, params, tuple(inputs), _INPUTS))
+        records.extend((prim, out._id, params, tuple(map(_entry, inputs)), _INPUTS))
 
 
 class _State(threading.local):
@@ -148,10 +156,24 @@ class Recording:
             self._push()
 
     def records(self):
-        """(primitive, inputs, output, params) of every op this tape recorded, in order."""
+        """(primitive, inputs, output, params) of every op this tape recorded, in order; each tensor rebuilt
+        from its id and the value the tape recorded for it (one object per id)."""
+        values, slot_of, rebuilt = self._values, self._slot_of, {}
+
+        def tensor(entry):
+            if type(entry) is not int:      # a variable's read
+                return entry
+            t = rebuilt.get(entry)
+            if t is None:
+                t = rebuilt[entry] = _new_object(Tensor)
+                t._value = values[slot_of[entry]]
+                t._id = entry
+            return t
+
         r = self._records
-        return [(prim, (first,) if second is _ONE_INPUT else first if second is _INPUTS else (first, second),
-                 out, params) for prim, out, params, first, second in zip(r[0::5], r[1::5], r[2::5], r[3::5], r[4::5])]
+        return [(prim, (tensor(first),) if second is _ONE_INPUT else tuple(map(tensor, first)) if second is _INPUTS
+                 else (tensor(first), tensor(second)), tensor(out), params)
+                for prim, out, params, first, second in zip(r[0::5], r[1::5], r[2::5], r[3::5], r[4::5])]
 
     def reset(self):
         """Forget everything recorded so far; the tape keeps recording if it was."""
@@ -295,7 +317,7 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
     attribute block (ints, or ints packed by `packed_attributes`; floats)."""
     out = _new_object(Tensor)       # Tensor(value) without its __init__ call: a fortieth of a recorded op
     out._value = value
-    out._id = next(_ids)
+    out._id = out_id = next(_ids)
     for tape in _state.recording:
         slot_of = tape._slot_of
         tracked = tape._tracked
@@ -303,13 +325,15 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
         s0 = s1 = None
         if n == 1 or n == 2:        # unrolled (a loop costs a third more here)
             t = inputs[0]
-            s0 = None if t._is_variable else slot_of.get(t._id)
-            connected = t._id in tracked
+            i0 = t._id
+            s0 = None if t._is_variable else slot_of.get(i0)
+            connected = i0 in tracked
             s1 = -1
             if n == 2:
                 t = inputs[1]
-                s1 = None if t._is_variable else slot_of.get(t._id)
-                connected = connected or t._id in tracked
+                i1 = t._id
+                s1 = None if t._is_variable else slot_of.get(i1)
+                connected = connected or i1 in tracked
         if s0 is None or s1 is None:
             if n:
                 tape._record_first_reads(prim, inputs, out, params, iblock, fblock)
@@ -329,13 +353,13 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
         slot = len(values)
         values.append(value)
         tape._slot_rows.append(row)
-        slot_of[out._id] = slot
+        slot_of[out_id] = slot
         tape._rows.append(_pack_row(prim.opcode, slot, s0, s1, -1, attr))
         if n == 2:      # append_record, inline
-            tape._records.extend((prim, out, params, inputs[0], t))
+            tape._records.extend((prim, out_id, params, i0, i1))
         else:
-            tape._records.extend((prim, out, params, t, _ONE_INPUT))
-        tracked.add(out._id)
+            tape._records.extend((prim, out_id, params, i0, _ONE_INPUT))
+        tracked.add(out_id)
     return out
 
 
