@@ -188,6 +188,7 @@ class Concrete:
         rows = np.frombuffer(b"".join(trace._rows), np.int64).reshape(-1, 6)
         slot_rows = np.frombuffer(b"".join(trace._slot_rows), np.int64).reshape(-1, 3 + oc.MAXRANK)
         rows = rows[hoisted(rows, slot_rows[:, 0])]
+        rows.flags.writeable = False     # plan()'s one signature: a tape's rows are read-only views of its bytes
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
             rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, READS_ALL)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
