@@ -394,7 +394,8 @@ def _reduce_row(op, row, work):
     (cpu.fusion._absorbed_reduction)."""
     n = row.size
     if op != oc.SUM:
-        return _row_extremum(row.reshape(1, n), 0, op == oc.MAX, lanes(work).view(row.dtype))
+        # the row as a 2-D view by basic indexing: a reshape called numba's runtime helper, 11 ns of a row of 100
+        return _row_extremum(row[None, :], 0, op == oc.MAX, lanes(work).view(row.dtype))
     return pairwise_sum(row, 0, n, frames(work), lanes(work).view(row.dtype))
 
 
