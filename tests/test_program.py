@@ -144,8 +144,8 @@ def test_sweeps_read_no_row_before_writing_it(steps, seed):
 def test_first_writes_of_k_columns_set_rows_full_of_nan(width):
     """Reverse-mode Jacobians (K columns) and gradients of rows above the scalar loops' size: the elementwise
     kernels (unary, binary, and x * x, whose one pass sets both terms), the moves that write each input entry
-    once (TRANSPOSE, PAD, and PLACE, concat's rows) and matmul's K-column rows (stacked up to STACKED_INNER_MAX,
-    one product per row above) set an input's rows on their first write. With every executor buffer handed out
+    once (TRANSPOSE, PAD, and PLACE, concat's rows) and matmul's K-column rows (stacked where short: width 8 in
+    sweeps of three columns; one product per row otherwise) set an input's rows on their first write. With every executor buffer handed out
     full of NaN, the Jacobian and the gradient are the clean ones, in one sweep of K columns or in sweeps of
     three, and they match central differences."""
     rng = np.random.default_rng(width)

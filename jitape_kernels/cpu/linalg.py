@@ -97,18 +97,22 @@ def matmul_reverse(iattr, a, x, w, g_out, g_x, g_w, want_x, want_w, temps, assig
                             inner * k * K, m, k, n, K, temps, first)
 
 
-# Below this inner dimension a (k, n) @ (n, K) product per row is mostly BLAS call overhead
-# (W5b's 64x16 layer: 275 us per row, 207 us stacked); above it the stacked copies cost more.
+# A (k, n) @ (n, K) product per row of fewer multiply-adds than STACKED_WORK_MAX, with n at most
+# STACKED_INNER_MAX, is mostly BLAS call overhead: the rows are stacked into one product (float32, 10,000 rows
+# of 16x16 @ 16x2: 1.03 ms stacked, 1.44 per row; 1,000 of 3x3 @ 3x3: 0.026 / 0.070). Larger rows run faster
+# one BLAS call each than through the stacked copies (W5b's 64x16 @ 16x16 layer, 256 rows: 0.38 ms stacked,
+# 0.097 per row; 256 of 16x4 @ 4x16: 0.060 / 0.023).
 STACKED_INNER_MAX = 16
+STACKED_WORK_MAX = 1000
 
 
 @njit(cache=True, error_model="numpy")
 def _rows_times(Wm, transposed, g, g_start, g_ld, gx, gx_start, gx_ld, m, k, n, K, temps, assign):
     """GX[i] (k, K) += op(W) (k, n) @ G[i] (n, K) for every row i < m (the K-column products of matmul's rows),
     where G[i] starts at g[g_start + i * g_ld] and GX[i] at gx[gx_start + i * gx_ld]; op(W) = Wm^T when
-    transposed; assign: GX's first write (set, not added to). temps: (n + k) m K entries when
-    n <= STACKED_INNER_MAX."""
-    if n <= STACKED_INNER_MAX:
+    transposed; assign: GX's first write (set, not added to). temps: (n + k) m K entries when the rows are
+    stacked (see STACKED_WORK_MAX)."""
+    if n <= STACKED_INNER_MAX and k * n * K < STACKED_WORK_MAX:
         _rows_times_stacked(Wm, transposed, g, g_start, g_ld, gx, gx_start, gx_ld, m, k, n, K, temps, assign)
         return
     for i in range(m):
