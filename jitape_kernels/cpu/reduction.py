@@ -291,6 +291,9 @@ def logsumexp_forward(x, out, outer, n, inner, work, temps, stash):
             out2[o, i] = math.log(sums[i]) + out2[o, i]
 
 
+PAIRWISE_BLOCK = 128     # numpy's pairwise sum adds blocks of at most this many entries in eight running sums
+
+
 @njit(cache=True, error_model="numpy")
 def pairwise_sum(x, start, n, pending, lefts):
     """x[start:start + n] summed as numpy sums a contiguous axis: halves (the first a multiple of 8 entries) down
@@ -298,14 +301,14 @@ def pairwise_sum(x, start, n, pending, lefts):
     sum added to its sibling's. numpy recurses; this walks the same tree with an explicit stack, `pending`
     ([levels, 3]: a half's start, size, and whether its first half is summed) and `lefts` (that first half's sum),
     1.5x faster than a recursive call per half, which numba's cache also handles badly (numba issue 6061)."""
-    if n <= 128:
+    if n <= PAIRWISE_BLOCK:
         return lane_sum(x, start, n)
     level = 0
     pending[0, 0] = start
     pending[0, 1] = n
     while True:
         size = pending[level, 1]
-        if size > 128:      # descend into the first half
+        if size > PAIRWISE_BLOCK:      # descend into the first half
             half = size // 2
             half -= half % 8
             pending[level, 2] = 0
@@ -396,6 +399,8 @@ def _reduce_row(op, row, work):
     if op != oc.SUM:
         # the row as a 2-D view by basic indexing: a reshape called numba's runtime helper, 11 ns of a row of 100
         return _row_extremum(row[None, :], 0, op == oc.MAX, lanes(work).view(row.dtype))
+    if n <= PAIRWISE_BLOCK:     # one block: no stack of halves, so no frames(), a reshape (numba's runtime helper)
+        return lane_sum(row, 0, n)
     return pairwise_sum(row, 0, n, frames(work), lanes(work).view(row.dtype))
 
 
