@@ -78,6 +78,46 @@ def test_jacobian_hessian_and_hvp_equal_the_tape():
         np.testing.assert_allclose(hvp(v, x).numpy(), tape.hessian_vector_product(s, x, v).numpy(), rtol=1e-5)
 
 
+def test_hvp_replays_new_vectors_and_points_and_agrees_with_the_tape_and_a_loaded_function(tmp_path):
+    # the replay of the traced tape HVP (v an input, never a traced constant), a kwarg, v cast to the argument's
+    # dtype, zeros for an argument f does not read, the loaded function's sweeps, and under an outer tape v's
+    # own derivative (H symmetric: d sum(H v) / dv = H 1)
+    rng = np.random.default_rng(7)
+
+    def f(x, y, scale=1.0):
+        return jt.reduce_sum(jt.tanh(x * y) ** 3) * scale + jt.reduce_sum(y * y)
+
+    hvp = jt.hessian_vector_product(f)
+    loaded_path = tmp_path / "f.npz"
+    for step in range(4):
+        x, y = jt.constant(rng.normal(size=4)), jt.constant(rng.normal(size=4))
+        v = rng.normal(size=4)
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            s = f(x, y, scale=2.0)
+        want = tape.hessian_vector_product(s, x, v).numpy()
+        got = hvp(jt.constant(v.astype(np.float32)), x, y, scale=2.0)
+        assert got.dtype == np.float64 and got.shape == (4,)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)       # v rounded to float32, then cast
+        np.testing.assert_allclose(hvp(list(v), x, y, scale=2.0).numpy(), want, rtol=1e-12, atol=1e-14)
+        unread = jt.hessian_vector_product(lambda a, b: jt.reduce_sum(b * b), argnums=0)(v, x, y)
+        assert unread.dtype == np.float64 and unread.numpy().tolist() == [0.0] * 4
+        if step == 0:
+            traced = jt.function(lambda a, b: f(a, b, scale=2.0))
+            traced(x, y)
+            jt.save(loaded_path, traced)
+        loaded = jt.load(loaded_path)
+        np.testing.assert_allclose(jt.hessian_vector_product(loaded)(v, x, y).numpy(), want, rtol=1e-12, atol=1e-14)
+        vt = jt.constant(v)
+        with jt.GradientTape() as outer:
+            outer.watch(vt)
+            total = jt.reduce_sum(hvp(vt, x, y, scale=2.0))
+        np.testing.assert_allclose(outer.gradient(total, vt).numpy(), tape.hessian(s, x).numpy().sum(0), rtol=1e-12)
+        with jt.GradientTape() as outer:        # under a recording tape, an unread argument's HVP: zeros too
+            outer.watch(y)
+            assert jt.hessian_vector_product(lambda a, b: jt.reduce_sum(b * b))(v, x, y).numpy().tolist() == [0.0] * 4
+
+
 def test_grad_of_grad_and_grad_under_a_tape():
     f = lambda x: jt.reduce_sum(x ** 4)     # noqa: E731
     second = jt.grad(lambda x: jt.reduce_sum(jt.grad(f)(x)))
