@@ -118,6 +118,16 @@ def test_hvp_replays_new_vectors_and_points_and_agrees_with_the_tape_and_a_loade
             assert jt.hessian_vector_product(lambda a, b: jt.reduce_sum(b * b))(v, x, y).numpy().tolist() == [0.0] * 4
 
 
+def test_an_hvp_that_retraces_warns_naming_the_function_and_keeps_its_settings():
+    def cubes(x):
+        return jt.reduce_sum(x ** 3)
+
+    hvp = jt.hessian_vector_product(jt.function(cubes, retrace_warning=2))
+    with pytest.warns(UserWarning, match=r"'hessian_vector_product\(cubes\)' traced 3 times"):
+        for n in range(1, 4):
+            np.testing.assert_allclose(hvp(np.ones(n), jt.constant(np.full(n, 2.0))).numpy(), np.full(n, 12.0))
+
+
 def test_grad_of_grad_and_grad_under_a_tape():
     f = lambda x: jt.reduce_sum(x ** 4)     # noqa: E731
     second = jt.grad(lambda x: jt.reduce_sum(jt.grad(f)(x)))
