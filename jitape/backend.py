@@ -117,8 +117,19 @@ class CPU(Backend):
         return workspace.scratch(planned[0] + planned[1] * columns, program.arena.dtype)
 
     def reverse(self, program, adjoint, written):
+        temps = self._temps(program, adjoint.shape[1])
         self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
-                                    written, program.homes, self._temps(program, adjoint.shape[1]))
+                                    written, program.homes, temps, self._row_kernels(program, adjoint, temps))
+
+    def _row_kernels(self, program, adjoint, temps):
+        """The reverse sweep's row kernel table for `program`'s families (planned once per Program: its memo; the
+        sweep's arrays have one type per dtype, and the sweep checks it)."""
+        table = program.memo.get("row kernels")
+        if table is None:
+            table = program.memo["row kernels"] = self._kernels.reverse_row_kernels(
+                program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, temps,
+                program.homes)
+        return table
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
         self._kernels.tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,

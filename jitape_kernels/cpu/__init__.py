@@ -12,10 +12,11 @@ from .elementwise import strided_arithmetic
 from .fusion import KERNEL_COLUMNS, GroupKernels
 from .optimizers import adam_step, sgd_momentum_step
 from .reduction import short_row_sums
+from .row_kernels import reverse_row_kernels, reverse_signature, reverse_table
 
 __all__ = ["GroupKernels", "derivative_plan", "first_row_mixing", "forward_sweep", "new_temps", "per_example_plan",
-           "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_sweep", "reverse_sweep",
-           "run_warmup_step", "second_order_sweep", "tangent_sweep", "warmup_steps"]
+           "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_sweep", "reverse_row_kernels",
+           "reverse_sweep", "run_warmup_step", "second_order_sweep", "tangent_sweep", "warmup_steps"]
 
 
 def new_temps(code, iattr, columns, dtype):
@@ -28,6 +29,13 @@ def _empty_program(dtype):
     code = np.zeros((0, oc.W), np.int64)
     slots = np.zeros((0, oc.S), np.int64)
     return code, slots, np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, dtype)
+
+
+def _reverse_signature(dtype):
+    """The row kernels' argument types for the arrays the executor passes reverse_sweep (jitape.backend)."""
+    code, slots, iattr, fattr, arena = _empty_program(dtype)
+    return reverse_signature(code, slots, iattr, fattr, arena, np.zeros((0, 1), dtype), np.zeros(0, dtype),
+                             np.zeros(0, np.int64))
 
 
 def _optimizer_steps(dtype):
@@ -84,7 +92,9 @@ def _dtype_steps(dtype):
             np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64))),
         (f"forward_sweep[{name}]", lambda: forward_sweep(*_empty_program(d), np.zeros(0, d))),
         (f"reverse_sweep[{name}]", lambda: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
-                                                          np.zeros(0, np.int64), np.zeros(0, d))),
+                                                          np.zeros(0, np.int64), np.zeros(0, d),
+                                                          reverse_table(_reverse_signature(d), ()))),
+        (f"reverse row kernels[{name}]", lambda: reverse_table(_reverse_signature(d))),
         (f"tangent_sweep[{name}]", lambda: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
                                                           -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d))),
         (f"second_order_sweep[{name}]", lambda: second_order_sweep(

@@ -8,8 +8,13 @@ loops, row dispatch, _reverse_instruction) are inlined (inline="always"): numba
 links a callee's whole module, kernels included, into each caller and
 optimizes and compiles it again, so every such level cost one more compile of
 every kernel (a cold reverse_sweep 64 -> 48 s, a cold replay_sweep 90 -> 65 s).
+The reverse rows' kernels are the exception: one function per op family
+(REVERSE_ROW_KERNELS), compiled once per dtype, which reverse_sweep calls
+through addresses (row_kernels) and the other sweeps directly.
 """
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 from .. import njit, opcodes as oc
 from ..layout import (BLOCK, SC_ATTR, SC_FLAGS, SC_IN0, SC_IN0_ADJ, SC_IN0_OFF, SC_IN1, SC_IN1_ADJ, SC_IN1_OFF, SC_OP,
@@ -18,11 +23,12 @@ from .elementwise import (_put, binary_forward, binary_partials, binary_reverse,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
 from . import linalg, reduction
+from .addressed import call_at
 from .fusion import KERNEL_ADDRESS, KERNEL_ARG_COUNT, KERNEL_ARGS, KERNEL_END, call_kernel
 from .linalg import inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward, solve_reverse
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
 from .shape import (broadcast_block, broadcast_sum_block, contiguous_run, mapped_forward, mapped_linear,
-                    moved_forward, moved_linear)
+                    moved_forward, moved_linear, tile_linear)
 from .unowned import at_address, unowned
 from .workspace import new_work
 
@@ -269,77 +275,214 @@ def _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, stash):
                                    iattr[a + 2], first)
 
 
+# The reverse row kernels, one per op family (opcodes.FAMILY_ORDER's; compare rows, which no derivative runs, are
+# binary rows), SUM and TILE apart from their families (the commonest, and a fifth of their families' compile),
+# all of one signature (row_operands'): reverse_sweep calls them through a table of addresses (row_kernels), so a
+# new user's first gradient compiles the kernels its Program uses, not all of them; the other sweeps call them
+# directly (_reverse_instruction), each compiled once per dtype for all of them.
+ROW_KERNELS = ("unary", "binary", "where", "sum", "reduce", "cumsum", "tile", "mapped", "moved", "matmul", "solve",
+               "inv")
+(UNARY_ROWS, BINARY_ROWS, WHERE_ROWS, SUM_ROWS, REDUCE_ROWS, CUMSUM_ROWS, TILE_ROWS, MAPPED_ROWS, MOVED_ROWS,
+ MATMUL_ROWS, SOLVE_ROWS, INV_ROWS) = range(len(ROW_KERNELS))
+_OWN_ROW_KERNEL = {"compare": "binary", "sum": "sum", "tile": "tile"}      # by family, then by opcode name
+# per opcode, its row kernel's index
+REVERSE_KERNEL_OF = np.array([ROW_KERNELS.index(_OWN_ROW_KERNEL.get(name, _OWN_ROW_KERNEL.get(family, family)))
+                              for name, family in zip(oc.NAMES, oc.FAMILIES)], np.int64)
+
+
 @njit(cache=True, error_model="numpy", inline="always")
 def _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0=False,
-                         assign1=False):
+                         assign1=False, row_kernels=None):
     """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs.
     homes: per slot, the address of a value read where it lives instead of in the arena (0: in the arena), or
     empty (every value in the arena): see value_of. assign0/assign1: input 0's / input 1's rows are first
     written here and hold no values yet (only the kernels that `sets_first_write` names take them: they set
-    those rows; the caller zeroes the others')."""
-    K = adjoint.shape[1]
-    op = code[r, oc.OP]
-    a = code[r, oc.ATTR]
-    size = slots[code[r, oc.OUT], oc.SIZE]
-    o = code[r, oc.OUT_OFF]
-    go = code[r, oc.OUT_ADJ]
-    empty = adjoint[0:0]
-    flat = adjoint.reshape(adjoint.size)    # K = 1: contiguous 1-D views for the vectorised kernels
-    y = value_of(arena, homes, code[r, oc.OUT], o, size)
-    g_out = adjoint[go:go + size]
-    i0 = code[r, oc.IN0_OFF]
-    n0 = slots[code[r, oc.IN0], oc.SIZE]
-    x = value_of(arena, homes, code[r, oc.IN0], i0, n0)
-    j0 = code[r, oc.IN0_ADJ]
-    g0 = adjoint[j0:j0 + n0] if j0 >= 0 else empty
-    if op <= oc.UNARY_LAST:
-        if j0 >= 0:
-            p0, p1 = params(op, iattr, fattr, a)
-            if K == 1:
-                unary_reverse_1d(op, x, y, flat[go:go + size], flat[j0:j0 + n0], p0, p1, assign0)
-            else:
-                unary_reverse(op, x, y, g_out, g0, p0, p1, assign0)
-        return
-    if op <= oc.BINARY_LAST or op == oc.MATMUL or op == oc.SOLVE:
-        i1 = code[r, oc.IN1_OFF]
-        n1 = slots[code[r, oc.IN1], oc.SIZE]
-        j1 = code[r, oc.IN1_ADJ]
-        g1 = adjoint[j1:j1 + n1] if j1 >= 0 else empty
-        w = value_of(arena, homes, code[r, oc.IN1], i1, n1)
-        if op <= oc.BINARY_LAST and K == 1:
-            # an inactive input (row -1) gets a placeholder view that the kernel never writes
-            binary_reverse_1d(op, x, w, y, flat[go:go + size], flat[max(j0, 0):max(j0, 0) + n0],
-                              flat[max(j1, 0):max(j1, 0) + n1], j0 >= 0, j1 >= 0, assign0, assign1,
-                              code[r, oc.IN0] == code[r, oc.IN1])
-        elif op <= oc.BINARY_LAST:
-            binary_reverse(op, x, w, y, g_out, g0, g1, j0 >= 0, j1 >= 0, assign0, assign1)
-        elif op == oc.MATMUL:
-            matmul_reverse(iattr, a, x, w, g_out, g0, g1, j0 >= 0, j1 >= 0, temps, assign0, assign1)
+    those rows; the caller zeroes the others'). row_kernels: reverse_sweep's table of row kernels (None: they
+    are called directly)."""
+    _row_kernel(row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1),
+                REVERSE_KERNEL_OF[code[r, oc.OP]], row_kernels)
+
+
+def _row_kernel(operands, kind, row_kernels):
+    """Run row kernel `kind` over `operands`: through the table `row_kernels`, or called directly (row_kernels
+    None). An overload, so that each caller compiles only its own way (reverse_sweep none of the row kernels): a
+    branch on `row_kernels is None` compiled both."""
+
+
+@overload(_row_kernel, inline="always", jit_options={"error_model": "numpy"})
+def _row_kernel_overload(operands, kind, row_kernels):
+    if not isinstance(row_kernels, (types.NoneType, types.Omitted)):
+        def addressed(operands, kind, row_kernels):
+            call_at(row_kernels[kind], row_kernels[row_kernels.size - 1], (operands,))
+        return addressed
+
+    def direct(operands, kind, row_kernels):
+        if kind == UNARY_ROWS:
+            reverse_unary_row(operands)
+        elif kind == BINARY_ROWS:
+            reverse_binary_row(operands)
+        elif kind == WHERE_ROWS:
+            reverse_where_row(operands)
+        elif kind == SUM_ROWS:
+            reverse_sum_row(operands)
+        elif kind == REDUCE_ROWS:
+            reverse_reduce_row(operands)
+        elif kind == CUMSUM_ROWS:
+            reverse_cumsum_row(operands)
+        elif kind == TILE_ROWS:
+            reverse_tile_row(operands)
+        elif kind == MAPPED_ROWS:
+            reverse_mapped_row(operands)
+        elif kind == MOVED_ROWS:
+            reverse_moved_row(operands)
+        elif kind == MATMUL_ROWS:
+            reverse_matmul_row(operands)
+        elif kind == SOLVE_ROWS:
+            reverse_solve_row(operands)
         else:
-            solve_reverse(iattr, a, x, y, g_out, g0, g1, j0 >= 0, j1 >= 0, temps)
-        return
-    # the linear kernels run transposed here; a run-time True (not a literal) lets the tangent sweep
-    # share their compiled code
-    transpose = K > 0
-    if op == oc.WHERE:
-        j1 = code[r, oc.IN1_ADJ]
-        j2 = code[r, oc.IN2_ADJ]
-        where_linear(x, g_out, adjoint[j1:j1 + size] if j1 >= 0 else empty,
-                     adjoint[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, transpose)
-        return
+            reverse_inv_row(operands)
+    return direct
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1):
+    """Row r's operands as every row kernel takes them: (op, its attribute block, iattr, fattr, work, temps, the
+    adjoint [rows, K] and flat (K = 1: contiguous 1-D views for the vectorised kernels), the values of the output
+    and inputs 0 and 1 (input 0's where there is no input 1), the adjoint rows of the output and inputs 0-2 (-1:
+    inactive), the sizes of the output and inputs 0 and 1, whether both inputs are one slot, assign0, assign1):
+    the same types from every sweep, so each row kernel compiles once per dtype."""
+    size = slots[code[r, oc.OUT], oc.SIZE]
+    n0 = slots[code[r, oc.IN0], oc.SIZE]
+    x = value_of(arena, homes, code[r, oc.IN0], code[r, oc.IN0_OFF], n0)
+    n1 = slots[code[r, oc.IN1], oc.SIZE] if code[r, oc.IN1] >= 0 else 0
+    w = value_of(arena, homes, code[r, oc.IN1], code[r, oc.IN1_OFF], n1) if code[r, oc.IN1] >= 0 else x
+    return (code[r, oc.OP], code[r, oc.ATTR], iattr, fattr, work, temps, adjoint, adjoint.reshape(adjoint.size),
+            value_of(arena, homes, code[r, oc.OUT], code[r, oc.OUT_OFF], size), x, w, code[r, oc.OUT_ADJ],
+            code[r, oc.IN0_ADJ], code[r, oc.IN1_ADJ], code[r, oc.IN2_ADJ], size, n0, n1,
+            code[r, oc.IN0] == code[r, oc.IN1], assign0, assign1)
+
+
+# Each row kernel takes row_operands' tuple: op, a (its attribute block), iattr, fattr, work, temps, adjoint, flat,
+# y, x, w (values), go, j0, j1, j2 (adjoint rows), size, n0, n1, same (both inputs one slot), assign0, assign1
+# (one tuple: numba inlines no call with *args).
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_unary_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
     if j0 < 0:
         return
-    if op <= oc.REDUCE_LAST:
-        reduce_linear(op, x, y, g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], transpose, temps, assign0)
-    elif op == oc.CUMSUM:
-        cumsum_linear(g_out, g0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
-                      transpose, temps)
-    elif op <= oc.PAD:
-        mapped_linear(op, iattr, a, g_out, g0, transpose, work, assign0)
-    elif op <= oc.GATHER:
-        moved_linear(op, iattr, a, g_out, g0, transpose, assign0)
+    p0, p1 = params(op, iattr, fattr, a)
+    if adjoint.shape[1] == 1:
+        unary_reverse_1d(op, x, y, flat[go:go + size], flat[j0:j0 + n0], p0, p1, assign0)
     else:
-        inv_reverse(iattr, a, y, g_out, g0, temps)
+        unary_reverse(op, x, y, adjoint[go:go + size], adjoint[j0:j0 + n0], p0, p1, assign0)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_binary_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    if adjoint.shape[1] == 1:
+        # an inactive input (row -1) gets a placeholder view that the kernel never writes
+        binary_reverse_1d(op, x, w, y, flat[go:go + size], flat[max(j0, 0):max(j0, 0) + n0],
+                          flat[max(j1, 0):max(j1, 0) + n1], j0 >= 0, j1 >= 0, assign0, assign1, same)
+    else:
+        binary_reverse(op, x, w, y, adjoint[go:go + size], adjoint[max(j0, 0):max(j0, 0) + n0 * (j0 >= 0)],
+                       adjoint[max(j1, 0):max(j1, 0) + n1 * (j1 >= 0)], j0 >= 0, j1 >= 0, assign0, assign1)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_matmul_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    matmul_reverse(iattr, a, x, w, adjoint[go:go + size], adjoint[max(j0, 0):max(j0, 0) + n0 * (j0 >= 0)],
+                   adjoint[max(j1, 0):max(j1, 0) + n1 * (j1 >= 0)], j0 >= 0, j1 >= 0, temps, assign0, assign1)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_solve_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    solve_reverse(iattr, a, x, y, adjoint[go:go + size], adjoint[max(j0, 0):max(j0, 0) + n0 * (j0 >= 0)],
+                  adjoint[max(j1, 0):max(j1, 0) + n1 * (j1 >= 0)], j0 >= 0, j1 >= 0, temps)
+
+
+# the linear kernels below run transposed here (the tangent sweep runs them as they are); their `transpose` is a
+# run-time True (K > 0), not a literal, so that both sweeps share their compiled code
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_where_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    where_linear(x, adjoint[go:go + size], adjoint[max(j1, 0):max(j1, 0) + size * (j1 >= 0)],
+                 adjoint[max(j2, 0):max(j2, 0) + size * (j2 >= 0)], j1 >= 0, j2 >= 0, adjoint.shape[1] > 0)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_sum_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    if j0 >= 0:
+        reduction.sum_linear(adjoint[go:go + size], adjoint[j0:j0 + n0], iattr[a], iattr[a + 1], iattr[a + 2],
+                             adjoint.shape[1] > 0, assign0)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_reduce_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    if j0 >= 0:
+        reduce_linear(op, x, y, adjoint[go:go + size], adjoint[j0:j0 + n0], iattr[a], iattr[a + 1], iattr[a + 2],
+                      adjoint.shape[1] > 0, temps, assign0)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_cumsum_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    if j0 >= 0:
+        cumsum_linear(adjoint[go:go + size], adjoint[j0:j0 + n0], iattr[a], iattr[a + 1], iattr[a + 2],
+                      iattr[a + 3] != 0, iattr[a + 4] != 0, adjoint.shape[1] > 0, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_tile_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    if j0 >= 0:
+        tile_linear(iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, work, assign0)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_mapped_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    if j0 >= 0:
+        mapped_linear(op, iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, work, assign0)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_moved_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    if j0 >= 0:
+        moved_linear(op, iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, assign0)
+
+
+@njit(cache=True, error_model="numpy")
+def reverse_inv_row(operands):
+    (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
+     assign1) = operands
+    if j0 >= 0:
+        inv_reverse(iattr, a, y, adjoint[go:go + size], adjoint[j0:j0 + n0], temps)
+
+
+REVERSE_ROW_KERNELS = (reverse_unary_row, reverse_binary_row, reverse_where_row, reverse_sum_row, reverse_reduce_row,
+                       reverse_cumsum_row, reverse_tile_row, reverse_mapped_row, reverse_moved_row, reverse_matmul_row,
+                       reverse_solve_row, reverse_inv_row)
 
 
 @njit(cache=True, error_model="numpy")
@@ -377,10 +520,11 @@ def _accumulate(adjoint, j, k, value, first):
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, temps):
+def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, temps, row_kernels):
     """Accumulate K cotangent columns from outputs into inputs, last instruction first. homes: see
     reverse_instruction (empty: every value is in the arena); temps: the kernels' scratch, at least
-    planned_temps' entries for K columns.
+    planned_temps' entries for K columns; row_kernels: the addresses of the row kernels of the families `code`
+    holds, compiled for these arrays' types (row_kernels.reverse_table).
 
     Only the rows of slots marked in `written` (per slot: the seeded targets) hold
     values on entry; a slot's rows are initialised by their first write (set by
@@ -391,17 +535,19 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, tem
     Rows whose output is inactive were pruned at lowering; an inactive input
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
-    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes)
+    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes,
+                  row_kernels=row_kernels)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, scalars=None, groups=None,
-                  places=None, scratch=None, kernels=None, kernel_args=None):
+                  places=None, scratch=None, kernels=None, kernel_args=None, row_kernels=None):
     """reverse_sweep with a workspace (jitape_kernels.cpu.workspace). A replay's gradient step (with one column)
     also gives the compact rows of its scalar runs (`scalars`: layout.scalar_runs) and its fused reverse groups
     (`groups`, `places`, `scratch`: layout.reverse_groups; groups[r] > 1: rows r down to r - groups[r] + 1) with
     their generated kernels (`kernels`, `kernel_args`: cpu.fusion.GroupKernels'), which run from those; reverse_sweep gives None, and numba prunes their branches from its compiled code (a new
-    user's first gradient compiles none of it)."""
+    user's first gradient compiles none of it). row_kernels: reverse_sweep's table of row kernels (None: they are
+    called directly; see _row_kernel)."""
     code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
         unowned(written), unowned(work), unowned(temps), unowned(homes))
@@ -431,7 +577,7 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                     _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, _stash(code, r, slots, scratch))
                     r -= 1
                     continue
-        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes)
+        _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, row_kernels)
         r -= 1
 
 
@@ -673,8 +819,8 @@ def _small_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written, sca
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes):
-    """reverse_sweep's work for row r."""
+def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, row_kernels=None):
+    """reverse_sweep's work for row r (row_kernels: see _reverse_rows)."""
     K = adjoint.shape[1]
     if not written[code[r, oc.OUT]]:
         return
@@ -726,7 +872,8 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
                 assign1 = True
             else:
                 adjoint[j:j + slots[s, oc.SIZE]] = 0
-    _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1)
+    _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1,
+                         row_kernels)
 
 
 @njit(cache=True, error_model="numpy")

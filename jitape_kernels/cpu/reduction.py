@@ -518,7 +518,7 @@ def reduce_linear(op, x, y, out_rows, in_rows, outer, n, inner, transpose, temps
     temps_entries."""
     K = out_rows.shape[1]
     if op == oc.SUM:
-        _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign)
+        sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign)
         return
     extremum = op == oc.MAX or op == oc.MIN
     if K == 1 and transpose and op == oc.LOGSUMEXP:
@@ -677,7 +677,7 @@ def extremum_transposed_block(x, y, shares, g_in, n, start, assign):
 
 
 @njit(cache=True, error_model="numpy")
-def _sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign):
+def sum_linear(out_rows, in_rows, outer, n, inner, transpose, assign):
     """SUM's Jacobian is all ones: out += sum of in (tangents) or, transposed, in += out broadcast
     (cotangents), with no partials computed; K = 1 gets its own loops, so no column loop runs per entry."""
     K = out_rows.shape[1]

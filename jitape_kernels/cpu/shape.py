@@ -466,18 +466,9 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work, assign=False
     in += map^T(out) (cotangents). assign: in's first write, set rather than added to (TRANSPOSE and PAD only,
     whose transposed map writes each input entry once)."""
     K = out_rows.shape[1]
-    if op == oc.TILE and in_rows.shape[0] == 1:
-        _one_entry_tiled(out_rows, in_rows, transpose)
-        return
     if op == oc.TILE:
-        if transpose and 1 < leading_broadcast_block(op, iattr, a) * K < _SHORT:
-            _short_rows_sum(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size))
-            return
-        dims, steps = broadcast_axes(iattr, a, K, work)
-        if dims.size:
-            _broadcast_walk(dims, steps, in_rows.reshape(in_rows.size), out_rows.reshape(out_rows.size),
-                            not transpose, True, work)
-            return
+        tile_linear(iattr, a, out_rows, in_rows, transpose, work, assign)
+        return
     if op == oc.TRANSPOSE:
         B, M, N, R = swapped_axes(iattr, a, work)
         if B and transpose:
@@ -489,6 +480,26 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work, assign=False
     # PAD's map runs input -> output, the others' output -> input
     mapped, plain = (out_rows, in_rows) if op == oc.PAD else (in_rows, out_rows)
     affine_walk(op, iattr, a, mapped.reshape(mapped.size), plain.reshape(plain.size), (op == oc.PAD) != transpose,
+                not assign, K, work)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def tile_linear(iattr, a, out_rows, in_rows, transpose, work, assign=False):
+    """mapped_linear of a TILE (the reverse sweep's row kernel of TILE rows calls it alone: see
+    interpreter.reverse_tile_row)."""
+    K = out_rows.shape[1]
+    if in_rows.shape[0] == 1:
+        _one_entry_tiled(out_rows, in_rows, transpose)
+        return
+    if transpose and 1 < leading_broadcast_block(oc.TILE, iattr, a) * K < _SHORT:
+        _short_rows_sum(out_rows.reshape(out_rows.size), in_rows.reshape(in_rows.size))
+        return
+    dims, steps = broadcast_axes(iattr, a, K, work)
+    if dims.size:
+        _broadcast_walk(dims, steps, in_rows.reshape(in_rows.size), out_rows.reshape(out_rows.size),
+                        not transpose, True, work)
+        return
+    affine_walk(oc.TILE, iattr, a, in_rows.reshape(in_rows.size), out_rows.reshape(out_rows.size), transpose,
                 not assign, K, work)
 
 
