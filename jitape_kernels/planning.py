@@ -63,7 +63,8 @@ def derivative_plan(code, slots, targets, sources):
     k = 0
     for r in range(code.shape[0]):
         if adjoint_rows[code[r, oc.OUT]] >= 0:
-            kept[k] = code[r]
+            for c in range(oc.W):
+                kept[k, c] = code[r, c]
             for c in range(4):
                 s = code[r, oc.OUT + c]
                 kept[k, oc.OUT_ADJ + c] = adjoint_rows[s] if s >= 0 else -1
@@ -135,7 +136,8 @@ def plan(records, slot_rows, targets, sources, values, reads):
     for s in range(n_slots):
         slots[s, oc.SIZE] = slot_rows[s, 0]
         slots[s, oc.RANK] = slot_rows[s, 1]
-        slots[s, oc.DIMS:] = slot_rows[s, 3:]
+        for d in range(oc.MAXRANK):     # entry by entry: an array assigned to a slice compiles numba's
+            slots[s, oc.DIMS + d] = slot_rows[s, 3 + d]     # shape-mismatch message (~4 s cold)
         if used[s]:
             is_float64 = is_float64 or slot_rows[s, 2] == 1
         if read[s]:
