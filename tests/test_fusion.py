@@ -3,6 +3,7 @@ group holds, and the reduction after it a kernel computes, give the block-by-blo
 bound gradients, loaded functions and in-place variable updates; groups compile at the configured run, and
 broadcasts that do not fit one loop nest keep the block path; the reverse groups of bound gradients run generated
 kernels with the block path's bits too."""
+import inspect
 import os
 import re
 import subprocess
@@ -15,7 +16,7 @@ import jitape as jt
 from jitape import nest
 from jitape.replay import Function
 from jitape_kernels import opcodes as oc
-from jitape_kernels.cpu import fusion
+from jitape_kernels.cpu import fusion, interpreter
 from jitape_kernels.cpu.reduction import SHORT_ROWS
 from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE, SC_FLAGS
 
@@ -38,6 +39,14 @@ RULES = [(oc.NEG, lambda u, y: -u), (oc.SQUARE, lambda u, y: jt.square(u)), (oc.
 # vectormath's rules, whose fused multiply-adds LLVM places per loop: a generated kernel's values of them are
 # the block path's within one unit in the last place
 VECTORMATH = {oc.EXP, oc.LOG, oc.TANH, oc.SIGMOID}
+
+
+def _kernel_table(replay):
+    """The generated kernels' table a bound replay passes replay_sweep (its `kernels` argument)."""
+    return replay.args[_KERNELS_ARGUMENT]
+
+
+_KERNELS_ARGUMENT = list(inspect.signature(interpreter.replay_sweep.py_func).parameters).index("kernels")
 
 
 def _generated_rows(concrete, table, fused):
@@ -78,7 +87,7 @@ def test_every_op_with_an_entry_rule_in_a_generated_kernel_gives_the_block_path_
     else:
         np.testing.assert_array_equal(got, want)
     concrete = _only_variant(replayed)
-    assert _generated_rows(concrete, concrete._replayers["cpu"].args[-2], concrete._fused) >= {op, oc.SCALE}
+    assert _generated_rows(concrete, _kernel_table(concrete._replayers["cpu"]), concrete._fused) >= {op, oc.SCALE}
 
 
 @pytest.mark.parametrize("op", [jt.sin, jt.math.lgamma, lambda u: jt.pow(u, u), lambda u: jt.nn.elu(u, 0.5)])
@@ -89,7 +98,7 @@ def test_a_group_with_an_op_without_an_entry_rule_keeps_the_block_path(kernels_a
     f(x), f(x)      # traced, then replayed
     concrete = _only_variant(f)
     assert concrete._fused.any()
-    assert not concrete._replayers["cpu"].args[-2][:, fusion.KERNEL_ADDRESS].any()
+    assert not _kernel_table(concrete._replayers["cpu"])[:, fusion.KERNEL_ADDRESS].any()
 
 
 @pytest.mark.parametrize("shape,small", BROADCASTS + [((300, 70), (300, 70)), ((70, 300), (1, 1))])
@@ -113,7 +122,7 @@ def test_broadcasts_in_generated_kernels_give_the_block_path_s_bits(kernels_at, 
     generated(x, b)
     np.testing.assert_array_equal(generated(x, b).numpy(), expected)
     concrete = _only_variant(generated)
-    table = concrete._replayers["cpu"].args[-2]
+    table = _kernel_table(concrete._replayers["cpu"])
     starts = np.flatnonzero(concrete._fused).tolist()
     assert starts
     tiles = [r for r in range(len(concrete._run_code)) if concrete._run_code[r, oc.OP] == oc.TILE]
@@ -158,7 +167,7 @@ def test_a_reduction_after_a_group_computed_in_its_kernel_gives_the_reduction_ke
         values[runs] = replayed(x, y).numpy()
     np.testing.assert_array_equal(_bits(values[1]), _bits(values[None]))
     concrete = _only_variant(replayed)
-    table, (r0,) = concrete._replayers["cpu"].args[-2], np.flatnonzero(concrete._fused)
+    table, (r0,) = _kernel_table(concrete._replayers["cpu"]), np.flatnonzero(concrete._fused)
     absorbed = not (axis == len(shape) - 1 and shape[axis] <= SHORT_ROWS)
     assert table[r0, fusion.KERNEL_ADDRESS] != 0 and table[r0, fusion.KERNEL_END] == concrete._fused[r0] + absorbed
 
@@ -223,7 +232,7 @@ def test_a_bound_gradient_s_groups_run_generated_kernels_with_the_block_path_s_g
             got = [g.numpy() for g in derivative(x, b)]
         results.append(got)
         (replay,) = [replay for key, replay in _only_variant(fn)._replayers.items() if isinstance(key, tuple)]
-        assert replay.args[-2][:, fusion.KERNEL_ADDRESS].any() == (runs is not None)
+        assert _kernel_table(replay)[:, fusion.KERNEL_ADDRESS].any() == (runs is not None)
     for got, want in zip(*results):
         np.testing.assert_array_equal(got, want)
     with jt.GradientTape() as tape:
@@ -253,7 +262,7 @@ def test_a_group_writing_a_variable_over_its_old_value_keeps_the_block_path(kern
         values[runs] = (totals, v.numpy(), m.numpy())
         concrete = _only_variant(step)
         assert concrete._fused.any()
-        assert not concrete._replayers["cpu"].args[-2][:, fusion.KERNEL_ADDRESS].any()
+        assert not _kernel_table(concrete._replayers["cpu"])[:, fusion.KERNEL_ADDRESS].any()
     for got, want in zip(values[1], values[None]):
         np.testing.assert_array_equal(got, want)
 
@@ -265,13 +274,13 @@ def test_groups_compile_at_the_configured_run_and_never_with_none(kernels_at):
     f(x)        # the trace
     for replay in range(1, 5):
         f(x)
-        table = _only_variant(f)._replayers["cpu"].args[-2]
+        table = _kernel_table(_only_variant(f)._replayers["cpu"])
         assert (table[:, fusion.KERNEL_ADDRESS] != 0).any() == (replay >= 3)
     kernels_at(None)
     g = jt.function(lambda x: jt.exp(x * 0.5) + x * x)
     for _ in range(4):
         g(x)
-    assert not (_only_variant(g)._replayers["cpu"].args[-2][:, fusion.KERNEL_ADDRESS]).any()
+    assert not _kernel_table(_only_variant(g)._replayers["cpu"])[:, fusion.KERNEL_ADDRESS].any()
 
 
 def test_a_group_s_kernel_is_generated_once_per_structure_and_dtype(kernels_at):
@@ -282,7 +291,7 @@ def test_a_group_s_kernel_is_generated_once_per_structure_and_dtype(kernels_at):
     x = jt.constant(np.linspace(-2, 2, N))
     a(x), b(x)      # the traces
     np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
-    first, second = (_only_variant(f)._replayers["cpu"].args[-2][:, fusion.KERNEL_ADDRESS] for f in (a, b))
+    first, second = (_kernel_table(_only_variant(f)._replayers["cpu"])[:, fusion.KERNEL_ADDRESS] for f in (a, b))
     assert first.any() and np.array_equal(first, second)
     assert list(fusion._GENERATED_DIR.glob("group_*.py"))
 
@@ -301,7 +310,7 @@ def test_a_loaded_function_s_gradient_runs_generated_kernels_with_the_saved_func
     np.testing.assert_array_equal(loaded_x.numpy(), saved_x.numpy())
     np.testing.assert_array_equal(loaded_b.numpy(), saved_b.numpy())
     (replay,) = [replay for key, replay in _only_variant(loaded)._replayers.items() if isinstance(key, tuple)]
-    assert replay.args[-2][:, fusion.KERNEL_ADDRESS].any()
+    assert _kernel_table(replay)[:, fusion.KERNEL_ADDRESS].any()
 
 
 def test_a_loaded_function_s_calls_run_fused_groups_and_a_tape_recording_one_still_reads_every_value(kernels_at,
@@ -319,7 +328,7 @@ def test_a_loaded_function_s_calls_run_fused_groups_and_a_tape_recording_one_sti
     concrete = _only_variant(loaded)
     assert not concrete._fused.any()
     lean = concrete._replayers["cpu", "outputs"]
-    assert lean.args[-2][:, fusion.KERNEL_ADDRESS].any()
+    assert _kernel_table(lean)[:, fusion.KERNEL_ADDRESS].any()
     with jt.GradientTape() as tape:     # other values than the lean calls left in the arena
         tape.watch(x)
         y = loaded(x * 0.5)

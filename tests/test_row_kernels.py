@@ -86,3 +86,31 @@ def test_a_first_gradient_on_an_empty_cache_compiles_only_its_families_kernels(t
     compiled, other_families = result.stdout.splitlines()
     assert compiled == "['reverse_sum_row', 'reverse_unary_row']"
     assert other_families == "[]"
+
+
+def _defined_functions(dispatcher):
+    """The names of the functions the module of `dispatcher`'s first compiled signature defines (numba links a
+    callee's whole module into its caller's)."""
+    library = dispatcher.overloads[dispatcher.signatures[0]].library
+    return [f.name for f in library._get_module_for_linking().functions if not f.is_declaration]
+
+
+def _mangled(name):
+    return f"{len(name)}{name}B"        # numba's mangling of a function's name: its length, the name, B + a hash
+
+
+def test_the_reverse_and_replay_sweeps_link_no_row_kernel():
+    x = jt.constant(np.linspace(0.1, 1.0, 50))
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = jt.reduce_sum(jt.matmul(jt.reshape(x, (5, 10)), jt.reshape(x, (10, 5))))
+    tape.gradient(y, x)
+    grad = jt.grad(lambda v: jt.reduce_sum(jt.sin(v) * v))
+    for _ in range(3):
+        grad(x)
+    row_kernels_and_theirs = [kernel.__name__ for kernel in REVERSE_ROW_KERNELS] + [
+        "mapped_linear", "matmul_reverse", "reduce_linear", "solve_reverse", "inv_reverse", "cumsum_linear"]
+    for sweep in (interpreter.reverse_sweep, interpreter.replay_sweep):
+        defined = _defined_functions(sweep)
+        assert not [name for name in row_kernels_and_theirs if any(_mangled(name) in f for f in defined)], sweep
+    assert any(_mangled("matmul_reverse") in f for f in _defined_functions(interpreter.reverse_matmul_row))

@@ -89,7 +89,7 @@ def _dtype_steps(dtype):
             np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
             np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d), np.zeros(0, np.int64),
             np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64),
-            np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64))),
+            np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64), reverse_table(_reverse_signature(d), ()))),
         (f"forward_sweep[{name}]", lambda: forward_sweep(*_empty_program(d), np.zeros(0, d))),
         (f"reverse_sweep[{name}]", lambda: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
                                                           np.zeros(0, np.int64), np.zeros(0, d),

@@ -878,7 +878,7 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
 
 @njit(cache=True, error_model="numpy")
 def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
-                 scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args):
+                 scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args, row_kernels):
     """A whole replay in one call: forward segments of `code`, each but the last ending at a gradient step,
     then the guard checks; True when every guard holds.
 
@@ -899,6 +899,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                      reverse's with K = 1 only)
     kernels, kernel_args    the generated kernels of the fused groups, a row per row of code then of step_code
                      (cpu.fusion.GroupKernels; addresses 0: none)
+    row_kernels      the reverse row kernels of step_code's families, as reverse_sweep takes them
     """
     written = np.zeros(slots.shape[0], np.bool_)
     work = new_work()
@@ -919,7 +920,8 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
             rows = slice(steps[s, 1], steps[s, 2])
             _reverse_rows(step_code[rows], slots, iattr, fattr, arena, adjoint, written, work, temps, work[:0],
                           step_scalars[rows], step_groups[rows], step_places[rows], scratch,
-                          kernels[code.shape[0] + steps[s, 1]:code.shape[0] + steps[s, 2]], kernel_args)
+                          kernels[code.shape[0] + steps[s, 1]:code.shape[0] + steps[s, 2]], kernel_args,
+                          row_kernels)
         for m in range(steps[s, 5], steps[s, 6]):
             row, size, offset, source = moves[m, 0], moves[m, 1], moves[m, 2], moves[m, 3]
             if offset < 0:
