@@ -9,8 +9,9 @@ links a callee's whole module, kernels included, into each caller and
 optimizes and compiles it again, so every such level cost one more compile of
 every kernel (a cold reverse_sweep 64 -> 48 s, a cold replay_sweep 90 -> 65 s).
 The reverse rows' kernels are the exception: one function per op family
-(REVERSE_ROW_KERNELS), compiled once per dtype, which reverse_sweep calls
-through addresses (row_kernels) and the other sweeps directly.
+(REVERSE_ROW_KERNELS), compiled once per dtype, which reverse_sweep and
+replay_sweep's gradient steps call through addresses (row_kernels), so neither
+links them, and the other sweeps call directly.
 """
 import numpy as np
 from numba import types
@@ -277,9 +278,9 @@ def _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, stash):
 
 # The reverse row kernels, one per op family (opcodes.FAMILY_ORDER's; compare rows, which no derivative runs, are
 # binary rows), SUM and TILE apart from their families (the commonest, and a fifth of their families' compile),
-# all of one signature (row_operands'): reverse_sweep calls them through a table of addresses (row_kernels), so a
-# new user's first gradient compiles the kernels its Program uses, not all of them; the other sweeps call them
-# directly (_reverse_instruction), each compiled once per dtype for all of them.
+# all of one signature (row_operands'): reverse_sweep and replay_sweep call them through a table of addresses
+# (row_kernels), so a new user's first gradient compiles the kernels its Program uses, not all of them; the other
+# sweeps call them directly (_reverse_instruction), each compiled once per dtype for all of them.
 ROW_KERNELS = ("unary", "binary", "where", "sum", "reduce", "cumsum", "tile", "mapped", "moved", "matmul", "solve",
                "inv")
 (UNARY_ROWS, BINARY_ROWS, WHERE_ROWS, SUM_ROWS, REDUCE_ROWS, CUMSUM_ROWS, TILE_ROWS, MAPPED_ROWS, MOVED_ROWS,

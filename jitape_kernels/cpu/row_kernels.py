@@ -1,15 +1,17 @@
-"""The row kernels reverse_sweep calls through their addresses, compiled when a Program first needs them.
+"""The row kernels reverse_sweep and replay_sweep's gradient steps call through their addresses, compiled when a
+Program first needs them.
 
 numba compiles a function together with everything it calls: a callee's
 machine code is linked into the caller's module, optimised and compiled again
 there. A cold reverse sweep compiled every op family's kernels (38 s of a new
-user's 42 s first `jitape demo`) whatever its Program held. reverse_sweep
-instead calls each row's kernel (interpreter.REVERSE_ROW_KERNELS, one per op
-family, all of one signature) through a table of addresses (its `row_kernels`)
-that the caller fills for the kernels its Program uses (reverse_table):
-compiled or loaded once per signature, and only those. The call goes through
-addressed.call_at, which checks the table's signature key; scalar and small
-elementwise rows never take it (the sweep runs them inline).
+user's 42 s first `jitape demo`) whatever its Program held. These sweeps
+instead call each row's kernel (interpreter.REVERSE_ROW_KERNELS, one per op
+family, all of one signature) through a table of addresses (their
+`row_kernels`) that the caller fills for the kernels its Program uses
+(reverse_row_kernels): compiled or loaded once per signature, and only those.
+The call goes through addressed.call_at, which checks the table's signature
+key; scalar and small elementwise rows never take it (the sweeps run them
+inline).
 """
 import threading
 
