@@ -9,9 +9,8 @@ links a callee's whole module, kernels included, into each caller and
 optimizes and compiles it again, so every such level cost one more compile of
 every kernel (a cold reverse_sweep 64 -> 48 s, a cold replay_sweep 90 -> 65 s).
 The reverse rows' kernels are the exception: one function per op family
-(REVERSE_ROW_KERNELS), compiled once per dtype, which reverse_sweep and
-replay_sweep's gradient steps call through addresses (row_kernels), so neither
-links them, and the other sweeps call directly.
+(REVERSE_ROW_KERNELS), which reverse_sweep and replay_sweep's gradient steps
+call through addresses (row_kernels), so neither links them.
 """
 import numpy as np
 from numba import types
@@ -280,7 +279,9 @@ def _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, stash):
 # binary rows), SUM and TILE apart from their families (the commonest, and a fifth of their families' compile),
 # all of one signature (row_operands'): reverse_sweep and replay_sweep call them through a table of addresses
 # (row_kernels), so a new user's first gradient compiles the kernels its Program uses, not all of them; the other
-# sweeps call them directly (_reverse_instruction), each compiled once per dtype for all of them.
+# sweeps (second-order, per example: reverse_instruction) inline them, as they inlined one function of every
+# family before (as calls of their own, each compiled once more for those sweeps' signatures, a cold
+# second_order_sweep took 60.6 s instead of 38.8).
 ROW_KERNELS = ("unary", "binary", "where", "sum", "reduce", "cumsum", "tile", "mapped", "moved", "matmul", "solve",
                "inv")
 (UNARY_ROWS, BINARY_ROWS, WHERE_ROWS, SUM_ROWS, REDUCE_ROWS, CUMSUM_ROWS, TILE_ROWS, MAPPED_ROWS, MOVED_ROWS,
@@ -299,15 +300,15 @@ def _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, tem
     empty (every value in the arena): see value_of. assign0/assign1: input 0's / input 1's rows are first
     written here and hold no values yet (only the kernels that `sets_first_write` names take them: they set
     those rows; the caller zeroes the others'). row_kernels: reverse_sweep's table of row kernels (None: they
-    are called directly)."""
+    are inlined)."""
     _row_kernel(row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1),
                 REVERSE_KERNEL_OF[code[r, oc.OP]], row_kernels)
 
 
 def _row_kernel(operands, kind, row_kernels):
-    """Run row kernel `kind` over `operands`: through the table `row_kernels`, or called directly (row_kernels
-    None). An overload, so that each caller compiles only its own way (reverse_sweep none of the row kernels): a
-    branch on `row_kernels is None` compiled both."""
+    """Run row kernel `kind` over `operands`: through the table `row_kernels`, or inlined (row_kernels None). An
+    overload, so that each caller compiles only its own way (reverse_sweep none of the row kernels): a branch on
+    `row_kernels is None` compiled both."""
 
 
 @overload(_row_kernel, inline="always", jit_options={"error_model": "numpy"})
@@ -317,7 +318,7 @@ def _row_kernel_overload(operands, kind, row_kernels):
             call_at(row_kernels[kind], row_kernels[row_kernels.size - 1], (operands,))
         return addressed
 
-    def direct(operands, kind, row_kernels):
+    def inlined(operands, kind, row_kernels):
         if kind == UNARY_ROWS:
             reverse_unary_row(operands)
         elif kind == BINARY_ROWS:
@@ -342,7 +343,7 @@ def _row_kernel_overload(operands, kind, row_kernels):
             reverse_solve_row(operands)
         else:
             reverse_inv_row(operands)
-    return direct
+    return inlined
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -351,7 +352,7 @@ def row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, home
     adjoint [rows, K] and flat (K = 1: contiguous 1-D views for the vectorised kernels), the values of the output
     and inputs 0 and 1 (input 0's where there is no input 1), the adjoint rows of the output and inputs 0-2 (-1:
     inactive), the sizes of the output and inputs 0 and 1, whether both inputs are one slot, assign0, assign1):
-    the same types from every sweep, so each row kernel compiles once per dtype."""
+    the same types from reverse_sweep and replay_sweep, so their row kernels compile once per dtype."""
     size = slots[code[r, oc.OUT], oc.SIZE]
     n0 = slots[code[r, oc.IN0], oc.SIZE]
     x = value_of(arena, homes, code[r, oc.IN0], code[r, oc.IN0_OFF], n0)
@@ -368,7 +369,7 @@ def row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, home
 # (one tuple: numba inlines no call with *args).
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_unary_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -381,7 +382,7 @@ def reverse_unary_row(operands):
         unary_reverse(op, x, y, adjoint[go:go + size], adjoint[j0:j0 + n0], p0, p1, assign0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_binary_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -394,7 +395,7 @@ def reverse_binary_row(operands):
                        adjoint[max(j1, 0):max(j1, 0) + n1 * (j1 >= 0)], j0 >= 0, j1 >= 0, assign0, assign1)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_matmul_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -402,7 +403,7 @@ def reverse_matmul_row(operands):
                    adjoint[max(j1, 0):max(j1, 0) + n1 * (j1 >= 0)], j0 >= 0, j1 >= 0, temps, assign0, assign1)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_solve_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -414,7 +415,7 @@ def reverse_solve_row(operands):
 # run-time True (K > 0), not a literal, so that both sweeps share their compiled code
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_where_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -422,7 +423,7 @@ def reverse_where_row(operands):
                  adjoint[max(j2, 0):max(j2, 0) + size * (j2 >= 0)], j1 >= 0, j2 >= 0, adjoint.shape[1] > 0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_sum_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -431,7 +432,7 @@ def reverse_sum_row(operands):
                              adjoint.shape[1] > 0, assign0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_reduce_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -440,7 +441,7 @@ def reverse_reduce_row(operands):
                       adjoint.shape[1] > 0, temps, assign0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_cumsum_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -449,7 +450,7 @@ def reverse_cumsum_row(operands):
                       iattr[a + 3] != 0, iattr[a + 4] != 0, adjoint.shape[1] > 0, temps)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_tile_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -457,7 +458,7 @@ def reverse_tile_row(operands):
         tile_linear(iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, work, assign0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_mapped_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -465,7 +466,7 @@ def reverse_mapped_row(operands):
         mapped_linear(op, iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, work, assign0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_moved_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -473,7 +474,7 @@ def reverse_moved_row(operands):
         moved_linear(op, iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, assign0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def reverse_inv_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -548,7 +549,7 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
     (`groups`, `places`, `scratch`: layout.reverse_groups; groups[r] > 1: rows r down to r - groups[r] + 1) with
     their generated kernels (`kernels`, `kernel_args`: cpu.fusion.GroupKernels'), which run from those; reverse_sweep gives None, and numba prunes their branches from its compiled code (a new
     user's first gradient compiles none of it). row_kernels: reverse_sweep's table of row kernels (None: they are
-    called directly; see _row_kernel)."""
+    inlined; see _row_kernel)."""
     code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
         unowned(written), unowned(work), unowned(temps), unowned(homes))
