@@ -94,19 +94,13 @@ class CPU(Backend):
         self._kernels = cpu
 
     def replay(self, *arrays):
-        return self._kernels.replay_sweep(*arrays, self._replay_row_kernels(arrays))
+        return self._kernels.replay_sweep(*arrays, self._kernels.replay_kernels(*arrays))
 
     def bind_replay(self, *arrays):
         # the compiled code for exactly these arrays' types, bound to them: a call skips the dispatcher's
         # typing of fourteen arguments (~2 us of a ~6 us small replay)
-        arrays = (*arrays, self._replay_row_kernels(arrays))
+        arrays = (*arrays, self._kernels.replay_kernels(*arrays))
         return functools.partial(_compiled_for(self._kernels.replay_sweep, arrays), *arrays)
-
-    def _replay_row_kernels(self, arrays):
-        """replay_sweep's reverse row kernels: those of its gradient steps' rows (replay()'s arrays)."""
-        _, slots, iattr, fattr, arena, _, step_code, _, adjoint, *_ = arrays
-        return self._kernels.reverse_row_kernels(step_code, slots, iattr, fattr, arena, adjoint, arrays[14],
-                                                 _NO_HOMES)
 
     def group_kernels(self, code, slots, iattr, fused, places, dtype, kept, step_code, step_groups, step_places,
                       step_flags):
@@ -133,7 +127,7 @@ class CPU(Backend):
         sweep's arrays have one type per dtype, and the sweep checks it)."""
         table = program.memo.get("row kernels")
         if table is None:
-            table = program.memo["row kernels"] = self._kernels.reverse_row_kernels(
+            table = program.memo["row kernels"] = self._kernels.reverse_kernels(
                 program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, temps,
                 program.homes)
         return table
@@ -161,9 +155,6 @@ class CPU(Backend):
                                                                   param_adjoint.shape[1]), program.arena.dtype)
         self._kernels.per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr,
                                         program.arena, row_adjoint, param_adjoint, program.homes, temps)
-
-
-_NO_HOMES = np.zeros(0, np.int64)     # a replay reads every value in its arena
 
 
 def _compiled_for(dispatcher, arrays):

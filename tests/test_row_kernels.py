@@ -1,6 +1,6 @@
-"""jitape_kernels.cpu.row_kernels: reverse_sweep's row kernels are compiled for the families a Program uses, once
-per signature, and called through a table the sweep checks; a new user's first gradient compiles no other
-family's kernels."""
+"""jitape_kernels.cpu.row_kernels: the sweeps' row kernels (forward and reverse) and fused groups' block kernels are
+compiled for the families a Program uses, once per signature, and called through a table the sweep checks; a new
+user's first gradient compiles no other family's kernels, and no sweep links them."""
 import os
 import subprocess
 import sys
@@ -11,7 +11,10 @@ import pytest
 import jitape as jt
 from jitape_kernels import cpu, opcodes as oc
 from jitape_kernels.cpu import interpreter, row_kernels
-from jitape_kernels.cpu.interpreter import BINARY_ROWS, MATMUL_ROWS, REVERSE_ROW_KERNELS, SUM_ROWS, TILE_ROWS, UNARY_ROWS
+from jitape_kernels.cpu.interpreter import (ADDRESSED_KERNELS, BINARY_ROWS, FORWARD_KINDS, FORWARD_ROW_KERNELS,
+                                            MATMUL_ROWS, REVERSE_KINDS, REVERSE_ROW_KERNELS, SUM_ROWS, TILE_ROWS,
+                                            UNARY_ROWS)
+from jitape_kernels.cpu.row_kernels import FORWARD, REVERSE
 
 
 def _program(f, x):
@@ -34,33 +37,75 @@ def test_a_program_needs_the_row_kernels_of_the_rows_the_sweep_does_not_run_inli
     assert row_kernels.needed_reverse_kernels(program.code, program.slots) == expected
 
 
-def test_every_opcode_has_a_row_kernel_of_its_family():
-    names = [kernel.__name__ for kernel in REVERSE_ROW_KERNELS]
-    assert names == [f"reverse_{kind}_row" for kind in interpreter.ROW_KERNELS]
-    kinds = [interpreter.ROW_KERNELS[k] for k in interpreter.REVERSE_KERNEL_OF]
-    for name, family, kind in zip(oc.NAMES, oc.FAMILIES, kinds):
+@pytest.mark.parametrize("f, x, expected", [
+    (lambda x: jt.sin(x) * x + 2.0 * x, 0.5, []),
+    (lambda x: jt.reduce_sum(jt.sin(x)), np.linspace(0, 1, 40), ["unary", "sum"]),
+    (lambda x: jt.reduce_sum(jt.matmul(x, x) + jt.reduce_max(x)), np.ones((5, 5)),
+     ["binary", "sum", "reduce", "mapped", "matmul"]),
+])
+def test_a_program_needs_the_forward_row_kernels_of_the_rows_the_sweep_does_not_run_inline(f, x, expected):
+    program = _program(f, x)
+    assert row_kernels.needed_forward_kernels(program.code, program.slots) == [FORWARD_KINDS.index(kind)
+                                                                             for kind in expected]
+
+
+@pytest.mark.parametrize("kernels, kinds, kernel_of, direction", [
+    (REVERSE_ROW_KERNELS, REVERSE_KINDS, lambda: interpreter.REVERSE_KERNEL_OF, "reverse"),
+    (FORWARD_ROW_KERNELS, FORWARD_KINDS, lambda: interpreter.FORWARD_KERNEL_OF - interpreter.FORWARD_FIRST,
+     "forward")])
+def test_every_opcode_has_a_row_kernel_of_its_family(kernels, kinds, kernel_of, direction):
+    assert [kernel.__name__ for kernel in kernels] == [f"{direction}_{kind}_row" for kind in kinds]
+    for name, family, kind in zip(oc.NAMES, oc.FAMILIES, [kinds[k] for k in kernel_of()]):
         assert kind in (name, family) or (family, kind) == ("compare", "binary"), (name, kind)
 
 
-def test_a_table_holds_the_addresses_asked_for_and_grows_for_later_programs():
-    signature = cpu._reverse_signature(np.float64)
-    table = row_kernels.reverse_table(signature, [UNARY_ROWS])
-    assert table[UNARY_ROWS] != 0 and table[-1] == row_kernels.signature_key(signature)
-    grown = row_kernels.reverse_table(signature, [SUM_ROWS])
-    assert grown is table and table[SUM_ROWS] != 0 and table[UNARY_ROWS] != 0
+def _table(dtype, group, kernels):
+    arrays = cpu._replay_arrays(dtype)
+    code, slots, iattr, fattr, arena, temps, adjoint = (arrays[i] for i in (0, 1, 2, 3, 4, 14, 8))
+    outer = (code, slots, iattr, fattr, arena, temps) if group is FORWARD else (
+        code, slots, iattr, fattr, arena, adjoint, temps, np.zeros(0, np.int64))
+    return row_kernels.kernel_table([(group, outer, kernels)])
+
+
+def test_a_table_holds_the_addresses_asked_for_and_grows_for_later_programs(monkeypatch):
+    monkeypatch.setattr(row_kernels, "_by_kind", {})       # no table the tests before filled
+    table = _table(np.float64, REVERSE, [UNARY_ROWS])
+    assert table.shape == (len(ADDRESSED_KERNELS), 2) and table[UNARY_ROWS, 0] != 0
+    assert table[SUM_ROWS, 0] == 0 and table[SUM_ROWS, 1] == table[UNARY_ROWS, 1] != 0
+    assert (table[len(REVERSE_ROW_KERNELS):] == 0).all()          # the other groups' rows: no key, no address
+    grown = _table(np.float64, REVERSE, [SUM_ROWS])
+    assert grown is table and table[SUM_ROWS, 0] != 0 and table[UNARY_ROWS, 0] != 0
+
+
+def _gradient_arrays(program):
+    adjoint = np.zeros((program.adjoint_size, 1), program.dtype)
+    written = np.zeros(program.slots.shape[0], np.bool_)
+    adjoint[program.adjoint_rows[program.targets[0]]] = 1
+    written[program.targets[0]] = True
+    return adjoint, written
 
 
 def test_a_sweep_given_a_table_of_other_types_raises_instead_of_running():
     program = _program(lambda x: jt.reduce_sum(jt.sin(x)), np.linspace(0, 1, 40))
     other = np.float32 if program.dtype == np.float64 else np.float64
-    wrong = row_kernels.reverse_table(cpu._reverse_signature(other), [UNARY_ROWS, SUM_ROWS])
-    adjoint = np.zeros((program.adjoint_size, 1), program.dtype)
-    written = np.zeros(program.slots.shape[0], np.bool_)
-    adjoint[program.adjoint_rows[program.targets[0]]] = 1
-    written[program.targets[0]] = True
+    adjoint, written = _gradient_arrays(program)
+    temps = np.zeros(0, program.dtype)
+    for wrong in (_table(other, REVERSE, [UNARY_ROWS, SUM_ROWS]), row_kernels.empty_table()):
+        with pytest.raises(RuntimeError, match="not prepared"):
+            cpu.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
+                              written, program.homes, temps, wrong)
+    arena = program.arena.copy()
+    target = program.slots[program.targets[0], oc.OFFSET]
+    arena[target] = np.nan
+    # a forward sweep given the reverse row kernels only: its rows' keys are not the forward kernels' own
+    reverse_only = cpu.reverse_kernels(program.code, program.slots, program.iattr, program.fattr, arena, adjoint,
+                                       temps, program.homes)
     with pytest.raises(RuntimeError, match="not prepared"):
-        cpu.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written,
-                          program.homes, np.zeros(0, program.dtype), wrong)
+        cpu.forward_sweep(program.code, program.slots, program.iattr, program.fattr, arena, temps, reverse_only)
+    assert np.isnan(arena[target])
+    cpu.forward_sweep(program.code, program.slots, program.iattr, program.fattr, arena, temps,
+                      cpu.forward_kernels(program.code, program.slots, program.iattr, program.fattr, arena, temps))
+    assert arena[target] == program.arena[target]
 
 
 _FIRST_GRADIENT = """
@@ -72,9 +117,16 @@ with jt.GradientTape() as tape:
     tape.watch(x)
     y = jt.reduce_sum(jt.sin(x))
 np.testing.assert_allclose(tape.gradient(y, x).numpy(), np.cos(x.numpy()), rtol=1e-6)
-print(sorted(k.__name__ for k in interpreter.REVERSE_ROW_KERNELS if k.signatures))
+print(sorted(k.__name__ for k in interpreter.ADDRESSED_KERNELS if k.signatures))
 print(sorted(f.__name__ for f in (shape.mapped_linear, reduction.reduce_linear, linalg.matmul_reverse,
-                                  linalg.solve_reverse) if f.signatures))
+                                  linalg.solve_reverse, shape.mapped_forward, reduction.reduce_forward,
+                                  linalg.matmul_forward) if f.signatures))
+grad = jt.grad(lambda v: jt.reduce_sum(jt.sin(v) * v))
+for _ in range(3):
+    np.testing.assert_allclose(grad(x).numpy(), np.sin(x.numpy()) + x.numpy() * np.cos(x.numpy()), rtol=1e-6)
+print(sorted(k.__name__ for k in interpreter.ADDRESSED_KERNELS if k.signatures))
+print(sorted(f.__name__ for f in (shape.mapped_linear, reduction.reduce_linear, linalg.matmul_reverse,
+                                  linalg.solve_reverse, shape.mapped_forward, linalg.matmul_forward) if f.signatures))
 """
 
 
@@ -83,9 +135,13 @@ def test_a_first_gradient_on_an_empty_cache_compiles_only_its_families_kernels(t
     result = subprocess.run([sys.executable, "-c", _FIRST_GRADIENT], env=environment, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr
-    compiled, other_families = result.stdout.splitlines()
+    compiled, other_families, compiled_by_replay, other_families_by_replay = result.stdout.splitlines()
     assert compiled == "['reverse_sum_row', 'reverse_unary_row']"
     assert other_families == "[]"
+    # the replay: sin, the product and the sum of 40 entries, rows of their own (too short for a fused group)
+    assert compiled_by_replay == ("['forward_binary_row', 'forward_sum_row', 'forward_unary_row', "
+                                  "'reverse_binary_row', 'reverse_sum_row', 'reverse_unary_row']"), compiled_by_replay
+    assert other_families_by_replay == "[]"
 
 
 def _defined_functions(dispatcher):
@@ -99,7 +155,7 @@ def _mangled(name):
     return f"{len(name)}{name}B"        # numba's mangling of a function's name: its length, the name, B + a hash
 
 
-def test_the_reverse_and_replay_sweeps_link_no_row_kernel():
+def test_the_sweeps_link_no_row_kernel():
     x = jt.constant(np.linspace(0.1, 1.0, 50))
     with jt.GradientTape() as tape:
         tape.watch(x)
@@ -108,9 +164,18 @@ def test_the_reverse_and_replay_sweeps_link_no_row_kernel():
     grad = jt.grad(lambda v: jt.reduce_sum(jt.sin(v) * v))
     for _ in range(3):
         grad(x)
-    row_kernels_and_theirs = [kernel.__name__ for kernel in REVERSE_ROW_KERNELS] + [
-        "mapped_linear", "matmul_reverse", "reduce_linear", "solve_reverse", "inv_reverse", "cumsum_linear"]
-    for sweep in (interpreter.reverse_sweep, interpreter.replay_sweep):
+    program = _program(lambda v: jt.reduce_sum(jt.exp(v)), np.linspace(0, 1, 40))
+    temps = np.zeros(0, program.dtype)
+    cpu.forward_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena.copy(), temps,
+                      cpu.forward_kernels(program.code, program.slots, program.iattr, program.fattr, program.arena,
+                                          temps))
+    kernels_and_theirs = [kernel.__name__ for kernel in ADDRESSED_KERNELS] + [
+        "mapped_linear", "matmul_reverse", "reduce_linear", "solve_reverse", "inv_reverse", "cumsum_linear",
+        "unary_forward", "binary_forward", "where_forward", "reduce_forward", "mapped_forward", "moved_forward",
+        "matmul_forward", "solve_forward", "inv_forward", "logsumexp_forward", "unary_reverse_1d",
+        "broadcast_block"]
+    for sweep in (interpreter.forward_sweep, interpreter.reverse_sweep, interpreter.replay_sweep):
         defined = _defined_functions(sweep)
-        assert not [name for name in row_kernels_and_theirs if any(_mangled(name) in f for f in defined)], sweep
+        assert not [name for name in kernels_and_theirs if any(_mangled(name) in f for f in defined)], sweep
     assert any(_mangled("matmul_reverse") in f for f in _defined_functions(interpreter.reverse_matmul_row))
+    assert any(_mangled("unary_forward") in f for f in _defined_functions(interpreter.forward_unary_row))

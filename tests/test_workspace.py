@@ -9,7 +9,7 @@ from numba.core.runtime import _nrt_python as nrt
 
 import jitape as jt
 from jitape import backend, execute
-from jitape_kernels.cpu import forward_sweep, new_temps
+from jitape_kernels.cpu import forward_kernels, forward_sweep, new_temps
 
 
 def _chain(x, repeats):
@@ -79,8 +79,9 @@ def _sweeps(chain, repeats):
         cpu.reverse(program, adjoint, written)
 
     temps = new_temps(program.code, program.iattr, 1, program.dtype)
+    table = forward_kernels(program.code, program.slots, program.iattr, program.fattr, program.arena, temps)
     runs = {"forward": lambda: forward_sweep(program.code, program.slots, program.iattr, program.fattr,
-                                             program.arena, temps),
+                                             program.arena, temps, table),
             "reverse": reverse}
     return program, runs
 

@@ -12,11 +12,13 @@ from .elementwise import strided_arithmetic
 from .fusion import KERNEL_COLUMNS, GroupKernels
 from .optimizers import adam_step, sgd_momentum_step
 from .reduction import short_row_sums
-from .row_kernels import reverse_row_kernels, reverse_signature, reverse_table
+from .row_kernels import (FORWARD, FUSED_FORWARD_GROUP, FUSED_REVERSE_GROUP, REVERSE, empty_table, forward_kernels,
+                          kernel_table, replay_kernels, reverse_kernels)
 
-__all__ = ["GroupKernels", "derivative_plan", "first_row_mixing", "forward_sweep", "new_temps", "per_example_plan",
-           "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_sweep", "reverse_row_kernels",
-           "reverse_sweep", "run_warmup_step", "second_order_sweep", "tangent_sweep", "warmup_steps"]
+__all__ = ["GroupKernels", "derivative_plan", "first_row_mixing", "forward_kernels", "forward_sweep", "new_temps",
+           "per_example_plan", "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_kernels",
+           "replay_sweep", "reverse_kernels", "reverse_sweep", "run_warmup_step", "second_order_sweep",
+           "tangent_sweep", "warmup_steps"]
 
 
 def new_temps(code, iattr, columns, dtype):
@@ -31,11 +33,28 @@ def _empty_program(dtype):
     return code, slots, np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, dtype)
 
 
-def _reverse_signature(dtype):
-    """The row kernels' argument types for the arrays the executor passes reverse_sweep (jitape.backend)."""
-    code, slots, iattr, fattr, arena = _empty_program(dtype)
-    return reverse_signature(code, slots, iattr, fattr, arena, np.zeros((0, 1), dtype), np.zeros(0, dtype),
-                             np.zeros(0, np.int64))
+def _replay_arrays(dtype):
+    """replay_sweep's arguments but its kernel table for an empty Program of `dtype` (the types jitape.replay
+    passes)."""
+    d = dtype
+    return (*_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 4), np.int64),
+            np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
+            np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d), np.zeros(0, np.int64),
+            np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64),
+            np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64))
+
+
+def _every_kernel(dtype, groups):
+    """The table of every kernel of `groups` for the arrays replay_sweep takes (forward_sweep's and
+    reverse_sweep's are of the same types)."""
+    (code, slots, iattr, fattr, arena, _, step_code, _, adjoint, _, _, _, places, scratch, temps, _, step_places, _,
+     step_scalars, kernels, kernel_args) = _replay_arrays(dtype)
+    arrays = {FORWARD: (code, slots, iattr, fattr, arena, temps),
+              REVERSE: (step_code, slots, iattr, fattr, arena, adjoint, temps, np.zeros(0, np.int64)),
+              FUSED_FORWARD_GROUP: (code, slots, iattr, fattr, arena, places, scratch),
+              FUSED_REVERSE_GROUP: (step_code, slots, iattr, fattr, arena, adjoint.reshape(adjoint.size), step_places,
+                                    scratch, step_scalars, kernels, kernel_args)}
+    return kernel_table([(group, arrays[group], range(len(group.kernels))) for group in groups])
 
 
 def _optimizer_steps(dtype):
@@ -84,17 +103,12 @@ def _dtype_steps(dtype):
     name = np.dtype(dtype).name
     d = dtype
     return [
-        (f"replay_sweep[{name}]", lambda: replay_sweep(
-            *_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 4), np.int64),
-            np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
-            np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d), np.zeros(0, np.int64),
-            np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64),
-            np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64), reverse_table(_reverse_signature(d), ()))),
-        (f"forward_sweep[{name}]", lambda: forward_sweep(*_empty_program(d), np.zeros(0, d))),
+        (f"replay_sweep[{name}]", lambda: replay_sweep(*_replay_arrays(d), empty_table())),
+        (f"forward_sweep[{name}]", lambda: forward_sweep(*_empty_program(d), np.zeros(0, d), empty_table())),
         (f"reverse_sweep[{name}]", lambda: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
-                                                          np.zeros(0, np.int64), np.zeros(0, d),
-                                                          reverse_table(_reverse_signature(d), ()))),
-        (f"reverse row kernels[{name}]", lambda: reverse_table(_reverse_signature(d))),
+                                                          np.zeros(0, np.int64), np.zeros(0, d), empty_table())),
+        (f"forward row kernels[{name}]", lambda: _every_kernel(d, (FORWARD, FUSED_FORWARD_GROUP))),
+        (f"reverse row kernels[{name}]", lambda: _every_kernel(d, (REVERSE, FUSED_REVERSE_GROUP))),
         (f"tangent_sweep[{name}]", lambda: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
                                                           -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d))),
         (f"second_order_sweep[{name}]", lambda: second_order_sweep(

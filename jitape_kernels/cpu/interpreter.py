@@ -8,9 +8,12 @@ loops, row dispatch, _reverse_instruction) are inlined (inline="always"): numba
 links a callee's whole module, kernels included, into each caller and
 optimizes and compiles it again, so every such level cost one more compile of
 every kernel (a cold reverse_sweep 64 -> 48 s, a cold replay_sweep 90 -> 65 s).
-The reverse rows' kernels are the exception: one function per op family
-(REVERSE_ROW_KERNELS), which reverse_sweep and replay_sweep's gradient steps
-call through addresses (row_kernels), so neither links them.
+The rows' kernels are the exception: one function per op family and direction
+(FORWARD_ROW_KERNELS, REVERSE_ROW_KERNELS) and the fused groups' block
+kernels (fused_forward, fused_reverse), which forward_sweep, reverse_sweep and
+replay_sweep call through addresses (a table, row_kernels: see
+jitape_kernels.cpu.row_kernels), so none of them links them; only their
+scalar loops are compiled into them.
 """
 import numpy as np
 from numba import types
@@ -48,14 +51,15 @@ def params(op, iattr, fattr, a):
 
 
 @njit(cache=True, error_model="numpy")
-def forward_sweep(code, slots, iattr, fattr, arena, temps):
+def forward_sweep(code, slots, iattr, fattr, arena, temps, row_kernels):
     """Recompute every instruction's output in the arena from its inputs, in program order. temps: the kernels'
-    scratch, at least planned_temps' entries for one column."""
-    _forward_span(code, 0, code.shape[0], slots, iattr, fattr, arena, new_work(), temps)
+    scratch, at least planned_temps' entries for one column; row_kernels: the table of addressed kernels
+    (row_kernels.forward_kernels), holding the forward row kernels of the families `code` holds."""
+    _forward_span(code, 0, code.shape[0], slots, iattr, fattr, arena, new_work(), temps, row_kernels)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work, temps):
+def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work, temps, row_kernels):
     """forward_sweep over rows r0..r1-1, with the sweep's workspace (jitape_kernels.cpu.workspace) and scratch."""
     code, slots, iattr, fattr, arena, work, temps = (unowned(code), unowned(slots), unowned(iattr), unowned(fattr),
                                                      unowned(arena), unowned(work), unowned(temps))
@@ -63,7 +67,7 @@ def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work, temps):
     while r < r1:
         r = _scalar_rows_forward(code, r, r1, slots, iattr, fattr, arena)
         if r < r1:
-            _forward_row(code, r, slots, iattr, fattr, arena, work, temps)
+            _forward_row(code, r, slots, iattr, fattr, arena, work, temps, row_kernels, temps[:0])
             r += 1
 
 
@@ -104,44 +108,111 @@ def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _forward_row(code, r, slots, iattr, fattr, arena, work, temps):
-    """forward_sweep's work for row r (not one that _scalar_rows_forward runs)."""
-    op = code[r, oc.OP]
-    a = code[r, oc.ATTR]
-    size = slots[code[r, oc.OUT], oc.SIZE]
-    o = code[r, oc.OUT_OFF]
-    i0 = code[r, oc.IN0_OFF]
-    out = arena[o:o + size]
-    n0 = slots[code[r, oc.IN0], oc.SIZE]
-    x = arena[i0:i0 + n0]
-    if op <= oc.UNARY_LAST:
-        p0, p1 = params(op, iattr, fattr, a)
-        unary_forward(op, x, out, p0, p1)
-    elif op <= oc.BINARY_LAST:
-        i1 = code[r, oc.IN1_OFF]
-        binary_forward(op, x, arena[i1:i1 + size], out)
-    elif op == oc.WHERE:
-        i1 = code[r, oc.IN1_OFF]
-        i2 = code[r, oc.IN2_OFF]
-        where_forward(x, arena[i1:i1 + size], arena[i2:i2 + size], out)
-    elif op <= oc.REDUCE_LAST:
-        reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2], work, temps)
-    elif op == oc.CUMSUM:
-        cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0, temps)
-    elif op <= oc.PAD:
-        mapped_forward(op, iattr, a, x, out, work)
-    elif op <= oc.GATHER:
-        moved_forward(op, iattr, a, x, out)
-    elif op == oc.MATMUL:
-        i1 = code[r, oc.IN1_OFF]
-        n1 = slots[code[r, oc.IN1], oc.SIZE]
-        matmul_forward(iattr, a, x, arena[i1:i1 + n1], out)
-    elif op == oc.SOLVE:
-        i1 = code[r, oc.IN1_OFF]
-        n1 = slots[code[r, oc.IN1], oc.SIZE]
-        solve_forward(iattr, a, x, arena[i1:i1 + n1], out, temps)
+def _forward_row(code, r, slots, iattr, fattr, arena, work, temps, row_kernels, stash):
+    """forward_sweep's work for row r (not one that _scalar_rows_forward runs): its family's forward row kernel,
+    through its address in row_kernels. stash: see forward_operands."""
+    call_addressed(row_kernels, FORWARD_KERNEL_OF[code[r, oc.OP]],
+                   forward_operands(code, r, slots, iattr, fattr, arena, work, temps, stash))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def call_addressed(row_kernels, index, operands):
+    """Run the addressed kernel in row `index` of the table row_kernels (its address and its signature's key:
+    row_kernels.kernel_table) over the tuple `operands`."""
+    call_at(row_kernels[index, 0], row_kernels[index, 1], (operands,))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def forward_operands(code, r, slots, iattr, fattr, arena, work, temps, stash):
+    """Row r's operands as every forward row kernel takes them: (op, its attribute block, iattr, fattr, work,
+    temps, stash, the output's entries, input 0's, input 1's and input 2's (input 0's where the row has none)).
+    stash: a LOGSUMEXP row's stash in a replay's scratch (see _stashes), else empty."""
+    x = _entries(code, r, oc.IN0_OFF, arena, 0, slots[code[r, oc.IN0], oc.SIZE])
+    w = _entries(code, r, oc.IN1_OFF, arena, 0, slots[code[r, oc.IN1], oc.SIZE]) if code[r, oc.IN1] >= 0 else x
+    v = _entries(code, r, oc.IN2_OFF, arena, 0, slots[code[r, oc.IN2], oc.SIZE]) if code[r, oc.IN2] >= 0 else x
+    return (code[r, oc.OP], code[r, oc.ATTR], iattr, fattr, work, temps, stash,
+            _entries(code, r, oc.OUT_OFF, arena, 0, slots[code[r, oc.OUT], oc.SIZE]), x, w, v)
+
+
+# Each forward row kernel takes forward_operands' tuple: op, a (its attribute block), iattr, fattr, work, temps,
+# stash, out, x, w, v. Called through addresses only (forward_sweep, replay_sweep): no sweep links them.
+
+
+@njit(cache=True, error_model="numpy")
+def forward_unary_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    p0, p1 = params(op, iattr, fattr, a)
+    unary_forward(op, x, out, p0, p1)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_binary_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    binary_forward(op, x, w, out)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_where_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    where_forward(x, w, v, out)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_sum_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    reduction.sum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], work)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_reduce_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    if stash.size:      # a LOGSUMEXP keeping its exponentials for the replay's gradient
+        reduction.logsumexp_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], work, temps, stash)
     else:
-        inv_forward(iattr, a, x, out, temps)
+        reduce_forward(op, x, out, iattr[a], iattr[a + 1], iattr[a + 2], work, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_cumsum_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    cumsum_forward(x, out, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_mapped_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    mapped_forward(op, iattr, a, x, out, work)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_moved_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    moved_forward(op, iattr, a, x, out)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_matmul_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    matmul_forward(iattr, a, x, w, out)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_solve_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    solve_forward(iattr, a, x, w, out, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_inv_row(operands):
+    op, a, iattr, fattr, work, temps, stash, out, x, w, v = operands
+    inv_forward(iattr, a, x, out, temps)
+
+
+# The forward row kernels, one per op family (compare rows are binary rows), SUM apart from its family
+FORWARD_KINDS = ("unary", "binary", "where", "sum", "reduce", "cumsum", "mapped", "moved", "matmul", "solve", "inv")
+FORWARD_ROW_KERNELS = (forward_unary_row, forward_binary_row, forward_where_row, forward_sum_row, forward_reduce_row,
+                       forward_cumsum_row, forward_mapped_row, forward_moved_row, forward_matmul_row,
+                       forward_solve_row, forward_inv_row)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -162,10 +233,19 @@ def _operand(code, r, column, base, places, rows, scratch, start, stop):
     return scratch[p * BLOCK:p * BLOCK + stop - start]
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def fused_forward_operands(code, r0, r1, slots, iattr, fattr, arena, places, scratch, work):
+    """fused_forward's operands: those of rows r0..r1-1."""
+    return code, r0, r1, slots, iattr, fattr, arena, places, scratch, work
+
+
 @njit(cache=True, error_model="numpy")
-def fused_forward(code, r0, r1, slots, iattr, fattr, arena, places, scratch, size, work):
-    """Rows r0..r1-1 of a fused group (see jitape_kernels.layout): elementwise over `size` entries each, or a
-    broadcasting TILE (of one entry: a fill), BLOCK entries at a time."""
+def fused_forward(operands):
+    """Rows r0..r1-1 of a fused group (see jitape_kernels.layout): elementwise over the first row's size each,
+    or a broadcasting TILE (of one entry: a fill), BLOCK entries at a time. Called through its address (as the
+    row kernels: replay_sweep links none of the block kernels)."""
+    code, r0, r1, slots, iattr, fattr, arena, places, scratch, work = operands
+    size = slots[code[r0, oc.OUT], oc.SIZE]
     for start in range(0, size, BLOCK):
         stop = min(start + BLOCK, size)
         for r in range(r0, r1):
@@ -206,10 +286,11 @@ def _scalar_run_forward(scalars, r0, r1, iattr, fattr, arena):
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch, work, temps, scalars, kernels,
-                  kernel_args):
+                  kernel_args, row_kernels):
     """forward_sweep over rows r0..r1-1, running the fused groups that `fused` marks (fused[r] > r: rows
-    r..fused[r]-1) by their generated kernels where `kernels` has one (cpu.fusion), else block by block, and the
-    scalar runs that `scalars` marks (layout.scalar_runs) from their compact rows."""
+    r..fused[r]-1) by their generated kernels where `kernels` has one (cpu.fusion), else block by block
+    (fused_forward, addressed in row_kernels), and the scalar runs that `scalars` marks (layout.scalar_runs) from
+    their compact rows."""
     code, slots, iattr, fattr, arena, fused, places, scratch, scalars = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(fused),
         unowned(places), unowned(scratch), unowned(scalars))
@@ -222,8 +303,8 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
                             (arena, iattr, fattr, kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]]))
                 r = kernels[r, KERNEL_END]      # past the group, and the reduction of it the kernel computed
             else:
-                fused_forward(code, r, fused[r], slots, iattr, fattr, arena, places, scratch,
-                              slots[code[r, oc.OUT], oc.SIZE], work)
+                call_addressed(row_kernels, FUSED_FORWARD, fused_forward_operands(
+                    code, r, fused[r], slots, iattr, fattr, arena, places, scratch, work))
                 r = fused[r]
             continue
         if scalars[r, SC_RUN] > r:
@@ -232,16 +313,13 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
             r = stop
             continue
         if _stashes(code, r):
-            a = code[r, oc.ATTR]
-            reduction.logsumexp_forward(_entries(code, r, oc.IN0_OFF, arena, 0, slots[code[r, oc.IN0], oc.SIZE]),
-                                        _entries(code, r, oc.OUT_OFF, arena, 0, slots[code[r, oc.OUT], oc.SIZE]),
-                                        iattr[a], iattr[a + 1], iattr[a + 2], work, temps, _stash(code, r, slots, scratch))
+            _forward_row(code, r, slots, iattr, fattr, arena, work, temps, row_kernels, _stash(code, r, slots, scratch))
             r += 1
             continue
         q = r + 1
         while q < r1 and fused[q] <= q and scalars[q, SC_RUN] <= q and not _stashes(code, q):
             q += 1
-        _forward_span(code, r, q, slots, iattr, fattr, arena, work, temps)
+        _forward_span(code, r, q, slots, iattr, fattr, arena, work, temps, row_kernels)
         r = q
 
 
@@ -282,14 +360,20 @@ def _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, stash):
 # sweeps (second-order, per example: reverse_instruction) inline them, as they inlined one function of every
 # family before (as calls of their own, each compiled once more for those sweeps' signatures, a cold
 # second_order_sweep took 60.6 s instead of 38.8).
-ROW_KERNELS = ("unary", "binary", "where", "sum", "reduce", "cumsum", "tile", "mapped", "moved", "matmul", "solve",
-               "inv")
+REVERSE_KINDS = ("unary", "binary", "where", "sum", "reduce", "cumsum", "tile", "mapped", "moved", "matmul", "solve",
+                 "inv")
 (UNARY_ROWS, BINARY_ROWS, WHERE_ROWS, SUM_ROWS, REDUCE_ROWS, CUMSUM_ROWS, TILE_ROWS, MAPPED_ROWS, MOVED_ROWS,
- MATMUL_ROWS, SOLVE_ROWS, INV_ROWS) = range(len(ROW_KERNELS))
-_OWN_ROW_KERNEL = {"compare": "binary", "sum": "sum", "tile": "tile"}      # by family, then by opcode name
-# per opcode, its row kernel's index
-REVERSE_KERNEL_OF = np.array([ROW_KERNELS.index(_OWN_ROW_KERNEL.get(name, _OWN_ROW_KERNEL.get(family, family)))
-                              for name, family in zip(oc.NAMES, oc.FAMILIES)], np.int64)
+ MATMUL_ROWS, SOLVE_ROWS, INV_ROWS) = range(len(REVERSE_KINDS))
+
+
+def _kinds_of_opcodes(kinds, own):
+    """Per opcode, the index in `kinds` of its row kernel: its name's or its family's in `own`, else its family."""
+    return np.array([kinds.index(own.get(name, own.get(family, family))) for name, family in zip(oc.NAMES, oc.FAMILIES)],
+                    np.int64)
+
+
+# per opcode, its reverse row kernel's index (in REVERSE_KINDS, and in the table of addressed kernels)
+REVERSE_KERNEL_OF = _kinds_of_opcodes(REVERSE_KINDS, {"compare": "binary", "sum": "sum", "tile": "tile"})
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -315,7 +399,7 @@ def _row_kernel(operands, kind, row_kernels):
 def _row_kernel_overload(operands, kind, row_kernels):
     if not isinstance(row_kernels, (types.NoneType, types.Omitted)):
         def addressed(operands, kind, row_kernels):
-            call_at(row_kernels[kind], row_kernels[row_kernels.size - 1], (operands,))
+            call_addressed(row_kernels, kind, operands)
         return addressed
 
     def inlined(operands, kind, row_kernels):
@@ -571,8 +655,9 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                 if scalars[r, SC_RUN] > 0:
                     continue
                 if groups[r] > 1:
-                    fused_reverse(code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch,
-                                  scalars, work, kernels, kernel_args)
+                    call_addressed(row_kernels, FUSED_REVERSE, fused_reverse_operands(
+                        code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work,
+                        kernels, kernel_args))
                     r -= groups[r]
                     continue
                 if _stashes(code, r):
@@ -583,9 +668,15 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
         r -= 1
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def fused_reverse_operands(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work,
+                           kernels, kernel_args):
+    """fused_reverse's operands: those of rows r down to r - count + 1."""
+    return code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work, kernels, kernel_args
+
+
 @njit(cache=True, error_model="numpy")
-def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work, kernels,
-                  kernel_args):
+def fused_reverse(operands):
     """Rows r, r-1, .., r-count+1 of a fused reverse group (jitape_kernels.layout.reverse_groups) with one column:
     elementwise rows of one size, SUMs, MAXs and MINs reading that size and broadcasts to it, BLOCK entries at a
     time (a broadcast's input's cotangent summed block by block in the adjoint rows, an extremum's shares worked
@@ -594,7 +685,10 @@ def fused_reverse(code, r, count, slots, iattr, fattr, arena, flat, written, pla
     step's planned flags (scalars[:, SC_FLAGS]: planning.reverse_flags), so every block runs the same rules; the
     inputs they write are marked in `written` for the rows and moves after the group. The values the rules read
     are in the arena (the run layout keeps what derivative rows read there). A group with a generated kernel
-    (kernels[r]: cpu.fusion.GroupKernels' table of the step's rows) runs it instead, shares included."""
+    (kernels[r]: cpu.fusion.GroupKernels' table of the step's rows) runs it instead, shares included. Called
+    through its address (as fused_forward)."""
+    (code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work, kernels,
+     kernel_args) = operands
     for q in range(r, r - count, -1):
         if scalars[q, SC_FLAGS] != 0:
             for c in range(3):
@@ -908,7 +1002,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     start = 0
     for s in range(steps.shape[0]):
         _forward_rows(code, start, steps[s, 0], slots, iattr, fattr, arena, fused, places, scratch, work, temps,
-                      scalars, kernels, kernel_args)
+                      scalars, kernels, kernel_args, row_kernels)
         written[:] = False
         seed = steps[s, 3]
         if seed >= 0:
@@ -935,7 +1029,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                 arena[offset + i] = adjoint[row + i, 0] if row >= 0 and written[source] else 0
         start = steps[s, 0]
     _forward_rows(code, start, code.shape[0], slots, iattr, fattr, arena, fused, places, scratch, work, temps,
-                  scalars, kernels, kernel_args)
+                  scalars, kernels, kernel_args, row_kernels)
     for g in range(guards.shape[0]):
         offset, size, e = guards[g, 0], guards[g, 1], guards[g, 2]
         for i in range(size):
@@ -962,3 +1056,14 @@ def planned_temps(code, iattr):
         fixed = max(fixed, f)
         per_column = max(per_column, c)
     return fixed, per_column
+
+
+# The table of addressed kernels (row_kernels) that forward_sweep, reverse_sweep and replay_sweep take: a row per
+# kernel (its address, the key of the signature it was compiled for; row_kernels.kernel_table fills the rows a
+# Program needs): the reverse row kernels, the forward row kernels, then the fused groups' block kernels.
+ADDRESSED_KERNELS = REVERSE_ROW_KERNELS + FORWARD_ROW_KERNELS + (fused_forward, fused_reverse)
+FORWARD_FIRST = len(REVERSE_ROW_KERNELS)
+FUSED_FORWARD = FORWARD_FIRST + len(FORWARD_ROW_KERNELS)
+FUSED_REVERSE = FUSED_FORWARD + 1
+# per opcode, its forward row kernel's row in the table
+FORWARD_KERNEL_OF = FORWARD_FIRST + _kinds_of_opcodes(FORWARD_KINDS, {"compare": "binary", "sum": "sum"})

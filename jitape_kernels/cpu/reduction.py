@@ -16,7 +16,7 @@ def reduce_forward(op, x, out, outer, n, inner, work, temps):
     # arrays reshaped to [outer, n, inner] and indexed from loop counters, never from computed offsets: numba
     # wraps negative indices, and an offset LLVM cannot prove non-negative keeps a loop from vectorising
     if op == oc.SUM:
-        _sum_forward(x, out, outer, n, inner, work)
+        sum_forward(x, out, outer, n, inner, work)
     elif op == oc.PROD:
         _prod_across_rows(x.reshape(outer, n, inner), out.reshape(outer, inner))
     elif op == oc.LOGSUMEXP:
@@ -31,7 +31,7 @@ SHORT_ROWS = 32
 
 
 @njit(cache=True, error_model="numpy")
-def _sum_forward(x, out, outer, n, inner, work):
+def sum_forward(x, out, outer, n, inner, work):
     """Sums in the arena's dtype, in numpy's order, so a replayed sum equals numpy's bit for bit: pairwise
     along a contiguous axis (over the workspace's frames and lanes), row after row (a vector loop) along an outer
     one."""

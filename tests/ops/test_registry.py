@@ -18,7 +18,7 @@ import jitape as jt
 from jitape.ops import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from jitape_kernels import opcodes as oc
 from jitape.execute import lowered, source_jacobians
-from jitape_kernels.cpu import forward_sweep, new_temps
+from jitape_kernels.cpu import forward_kernels, forward_sweep, new_temps
 from jitape_kernels.cpu.interpreter import SMALL
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=4, min_side=1, max_side=3)
@@ -642,8 +642,9 @@ def _check(name, args):
     for row in program.code:
         size = program.slots[row[oc.OUT], oc.SIZE]
         arena[row[oc.OUT_OFF]:row[oc.OUT_OFF] + size] = np.nan
-    forward_sweep(program.code, program.slots, program.iattr, program.fattr, arena,
-                  new_temps(program.code, program.iattr, 1, program.dtype))
+    temps = new_temps(program.code, program.iattr, 1, program.dtype)
+    forward_sweep(program.code, program.slots, program.iattr, program.fattr, arena, temps,
+                  forward_kernels(program.code, program.slots, program.iattr, program.fattr, arena, temps))
     t = program.targets[0]
     off, size = program.slots[t, oc.OFFSET], program.slots[t, oc.SIZE]
     np.testing.assert_allclose(arena[off:off + size].reshape(expected.shape), expected, rtol=case.rtol, atol=1e-12,
