@@ -349,7 +349,7 @@ def _runs(scalar, cuts):
 
 def scalar_runs(code, slots, positions=(), steps=None):
     """The compact rows (SC_* columns) of `code`, whose runs of scalar elementwise rows replays run from them
-    (interpreter._scalar_run_forward and _scalar_run_reverse): no slot table, no size checks, and in a gradient
+    (interpreter.scalar_run_forward and scalar_run_reverse): no slot table, no size checks, and in a gradient
     step no reads of `written`. Forward (the run code, `positions` its gradient steps'): no run crosses a
     position, SC_RUN of a run's first row is its stop. Reverse (steps: replay_sweep's, over the steps' derivative
     rows `code`): runs within a step, SC_RUN of a run's last row (the sweep's first) its number of rows, SC_FLAGS

@@ -193,7 +193,7 @@ def reverse_flags(code, target, n_slots):
     """Per row of a reverse sweep over `code` seeded at the slot `target` alone (a replay's gradient step), what
     the sweep's `written` will find there, row by row: bit 0, the row runs (its output's cotangent was written);
     bit 1 + c, its input c (IN0..IN2) is first written there (set, not added to). Fixed by the plan, so a replay's
-    scalar runs and fused reverse groups run from these bits (interpreter._scalar_run_reverse, fused_reverse)
+    scalar runs and fused reverse groups run from these bits (interpreter.scalar_run_reverse, fused_reverse)
     without reading `written`."""
     written = np.zeros(n_slots, np.bool_)
     written[target] = True

@@ -12,8 +12,8 @@ from .elementwise import strided_arithmetic
 from .fusion import KERNEL_COLUMNS, GroupKernels
 from .optimizers import adam_step, sgd_momentum_step
 from .reduction import short_row_sums
-from .row_kernels import (FORWARD, FUSED_FORWARD_GROUP, FUSED_REVERSE_GROUP, REVERSE, empty_table, forward_kernels,
-                          kernel_table, replay_kernels, reverse_kernels)
+from . import row_kernels
+from .row_kernels import empty_table, forward_kernels, replay_kernels, reverse_kernels
 
 __all__ = ["GroupKernels", "derivative_plan", "first_row_mixing", "forward_kernels", "forward_sweep", "new_temps",
            "per_example_plan", "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_kernels",
@@ -45,16 +45,26 @@ def _replay_arrays(dtype):
 
 
 def _every_kernel(dtype, groups):
-    """The table of every kernel of `groups` for the arrays replay_sweep takes (forward_sweep's and
-    reverse_sweep's are of the same types)."""
-    (code, slots, iattr, fattr, arena, _, step_code, _, adjoint, _, _, _, places, scratch, temps, _, step_places, _,
-     step_scalars, kernels, kernel_args) = _replay_arrays(dtype)
-    arrays = {FORWARD: (code, slots, iattr, fattr, arena, temps),
-              REVERSE: (step_code, slots, iattr, fattr, arena, adjoint, temps, np.zeros(0, np.int64)),
-              FUSED_FORWARD_GROUP: (code, slots, iattr, fattr, arena, places, scratch),
-              FUSED_REVERSE_GROUP: (step_code, slots, iattr, fattr, arena, adjoint.reshape(adjoint.size), step_places,
-                                    scratch, step_scalars, kernels, kernel_args)}
-    return kernel_table([(group, arrays[group], range(len(group.kernels))) for group in groups])
+    """The table of every kernel of `groups` (row_kernels' groups) for the arrays replay_sweep takes
+    (forward_sweep's and reverse_sweep's are of the same types, but reverse_sweep's small rows' scalars: None)."""
+    (code, slots, iattr, fattr, arena, _, step_code, _, adjoint, _, _, _, places, scratch, temps, _, step_places,
+     scalars, step_scalars, kernels, kernel_args) = _replay_arrays(dtype)
+    flat = adjoint.reshape(adjoint.size)
+    arrays = {row_kernels.FORWARD: (code, slots, iattr, fattr, arena, temps),
+              row_kernels.REVERSE: (step_code, slots, iattr, fattr, arena, adjoint, temps, np.zeros(0, np.int64)),
+              row_kernels.FUSED_FORWARD_GROUP: (code, slots, iattr, fattr, arena, places, scratch),
+              row_kernels.FUSED_REVERSE_GROUP: (step_code, slots, iattr, fattr, arena, flat, step_places, scratch,
+                                                step_scalars, kernels, kernel_args),
+              row_kernels.SCALAR_ROWS_FORWARD_GROUP: (code, slots, iattr, fattr, arena),
+              row_kernels.SCALAR_RUN_FORWARD_GROUP: (scalars, iattr, fattr, arena),
+              row_kernels.SCALAR_ROWS_REVERSE_GROUP: (step_code, slots, iattr, fattr, arena, flat),
+              row_kernels.SMALL_ROWS_REVERSE_GROUP: (step_code, slots, iattr, fattr, arena, flat, step_scalars),
+              row_kernels.SCALAR_RUN_REVERSE_GROUP: (step_scalars, iattr, fattr, arena, flat),
+              row_kernels.LOGSUMEXP_FROM_STASH_GROUP: (step_code, slots, iattr, flat, scratch)}
+    needs = [(group, arrays[group], range(len(group.kernels))) for group in groups]
+    if row_kernels.SMALL_ROWS_REVERSE_GROUP in groups:      # reverse_sweep's
+        needs.append((row_kernels.SMALL_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, None), [0]))
+    return [row_kernels.kernel_table([need]) for need in needs]
 
 
 def _optimizer_steps(dtype):
@@ -107,8 +117,13 @@ def _dtype_steps(dtype):
         (f"forward_sweep[{name}]", lambda: forward_sweep(*_empty_program(d), np.zeros(0, d), empty_table())),
         (f"reverse_sweep[{name}]", lambda: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
                                                           np.zeros(0, np.int64), np.zeros(0, d), empty_table())),
-        (f"forward row kernels[{name}]", lambda: _every_kernel(d, (FORWARD, FUSED_FORWARD_GROUP))),
-        (f"reverse row kernels[{name}]", lambda: _every_kernel(d, (REVERSE, FUSED_REVERSE_GROUP))),
+        (f"forward row kernels[{name}]", lambda: _every_kernel(d, (
+            row_kernels.FORWARD, row_kernels.FUSED_FORWARD_GROUP, row_kernels.SCALAR_ROWS_FORWARD_GROUP,
+            row_kernels.SCALAR_RUN_FORWARD_GROUP))),
+        (f"reverse row kernels[{name}]", lambda: _every_kernel(d, (
+            row_kernels.REVERSE, row_kernels.FUSED_REVERSE_GROUP, row_kernels.SCALAR_ROWS_REVERSE_GROUP,
+            row_kernels.SMALL_ROWS_REVERSE_GROUP, row_kernels.SCALAR_RUN_REVERSE_GROUP,
+            row_kernels.LOGSUMEXP_FROM_STASH_GROUP))),
         (f"tangent_sweep[{name}]", lambda: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
                                                           -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d))),
         (f"second_order_sweep[{name}]", lambda: second_order_sweep(

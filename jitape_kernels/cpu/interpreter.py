@@ -3,17 +3,18 @@
 The dispatch is an if-chain over opcode families that LLVM turns into a jump
 table; each family's work is done by the kernels of its module.
 
-The interpreters' own levels between an entry point and the kernels (row
-loops, row dispatch, _reverse_instruction) are inlined (inline="always"): numba
-links a callee's whole module, kernels included, into each caller and
-optimizes and compiles it again, so every such level cost one more compile of
-every kernel (a cold reverse_sweep 64 -> 48 s, a cold replay_sweep 90 -> 65 s).
-The rows' kernels are the exception: one function per op family and direction
-(FORWARD_ROW_KERNELS, REVERSE_ROW_KERNELS) and the fused groups' block
-kernels (fused_forward, fused_reverse), which forward_sweep, reverse_sweep and
-replay_sweep call through addresses (a table, row_kernels: see
-jitape_kernels.cpu.row_kernels), so none of them links them; only their
-scalar loops are compiled into them.
+numba links a callee's whole module, kernels included, into each caller and
+optimizes and compiles it again. So the rows' kernels (one function per op
+family and direction: FORWARD_ROW_KERNELS, REVERSE_ROW_KERNELS), the fused
+groups' block kernels (fused_forward, fused_reverse) and the scalar loops are
+called through addresses (a table, `row_kernels`: see
+jitape_kernels.cpu.row_kernels) by forward_sweep, reverse_sweep and
+replay_sweep, which link none of them: each is compiled once per dtype, when a
+Program first needs it. Between those and an entry point, the row loops
+(_forward_rows, _reverse_rows) are functions of their own (numba's inlining
+copies a callee's IR block by block with its whole scope: inlined into
+replay_sweep, a cold compile of 14 s instead of 9), and the row dispatch inside
+them is inlined (inline="always"), so no row pays for a call.
 """
 import numpy as np
 from numba import types
@@ -26,7 +27,7 @@ from .elementwise import (_put, binary_forward, binary_partials, binary_reverse,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
 from . import linalg, reduction
-from .addressed import call_at
+from .addressed import call_at, call_returning
 from .fusion import KERNEL_ADDRESS, KERNEL_ARG_COUNT, KERNEL_ARGS, KERNEL_END, call_kernel
 from .linalg import inv_forward, inv_reverse, matmul_forward, matmul_reverse, solve_forward, solve_reverse
 from .reduction import cumsum_forward, cumsum_linear, reduce_forward, reduce_linear
@@ -65,17 +66,20 @@ def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work, temps, row_ker
                                                      unowned(arena), unowned(work), unowned(temps))
     r = r0
     while r < r1:
-        r = _scalar_rows_forward(code, r, r1, slots, iattr, fattr, arena)
+        r = call_returning(row_kernels[SCALAR_ROWS_FORWARD, 0], row_kernels[SCALAR_ROWS_FORWARD, 1],
+                           ((code, r, r1, slots, iattr, fattr, arena),), 0)
         if r < r1:
             _forward_row(code, r, slots, iattr, fattr, arena, work, temps, row_kernels, temps[:0])
             r += 1
 
 
 @njit(cache=True, error_model="numpy")
-def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
+def scalar_rows_forward(operands):
     """forward_sweep over rows r0, r0+1, ... (before r1) while they are elementwise rows of at most SMALL
     entries, the rule inlined per entry (no views), or SLICE/PLACE rows moving one run of at most SMALL entries;
-    the first row that is not (r1: none). A loop of its own, as _scalar_rows_reverse."""
+    the first row that is not (r1: none). A loop of its own, as scalar_rows_reverse (addressed, as the row
+    kernels: called once per stretch of rows)."""
+    code, r0, r1, slots, iattr, fattr, arena = operands
     for r in range(r0, r1):
         op = code[r, oc.OP]
         o = code[r, oc.OUT_OFF]
@@ -109,7 +113,7 @@ def _scalar_rows_forward(code, r0, r1, slots, iattr, fattr, arena):
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _forward_row(code, r, slots, iattr, fattr, arena, work, temps, row_kernels, stash):
-    """forward_sweep's work for row r (not one that _scalar_rows_forward runs): its family's forward row kernel,
+    """forward_sweep's work for row r (not one that scalar_rows_forward runs): its family's forward row kernel,
     through its address in row_kernels. stash: see forward_operands."""
     call_addressed(row_kernels, FORWARD_KERNEL_OF[code[r, oc.OP]],
                    forward_operands(code, r, slots, iattr, fattr, arena, work, temps, stash))
@@ -233,12 +237,6 @@ def _operand(code, r, column, base, places, rows, scratch, start, stop):
     return scratch[p * BLOCK:p * BLOCK + stop - start]
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def fused_forward_operands(code, r0, r1, slots, iattr, fattr, arena, places, scratch, work):
-    """fused_forward's operands: those of rows r0..r1-1."""
-    return code, r0, r1, slots, iattr, fattr, arena, places, scratch, work
-
-
 @njit(cache=True, error_model="numpy")
 def fused_forward(operands):
     """Rows r0..r1-1 of a fused group (see jitape_kernels.layout): elementwise over the first row's size each,
@@ -271,9 +269,10 @@ def fused_forward(operands):
 
 
 @njit(cache=True, error_model="numpy")
-def _scalar_run_forward(scalars, r0, r1, iattr, fattr, arena):
+def scalar_run_forward(operands):
     """Rows r0..r1-1, scalar elementwise rows, from their compact rows (layout.scalar_runs): no slot table and no
-    size checks, 20% faster than _scalar_rows_forward on a scalar chain."""
+    size checks, 20% faster than scalar_rows_forward on a scalar chain. Addressed."""
+    scalars, r0, r1, iattr, fattr, arena = operands
     for r in range(r0, r1):
         op = scalars[r, SC_OP]
         a = arena[scalars[r, SC_IN0_OFF]]
@@ -284,7 +283,7 @@ def _scalar_run_forward(scalars, r0, r1, iattr, fattr, arena):
             arena[scalars[r, SC_OUT_OFF]] = binary_value(op, a, arena[scalars[r, SC_IN1_OFF]])
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scratch, work, temps, scalars, kernels,
                   kernel_args, row_kernels):
     """forward_sweep over rows r0..r1-1, running the fused groups that `fused` marks (fused[r] > r: rows
@@ -303,13 +302,13 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
                             (arena, iattr, fattr, kernel_args[start:start + kernels[r, KERNEL_ARG_COUNT]]))
                 r = kernels[r, KERNEL_END]      # past the group, and the reduction of it the kernel computed
             else:
-                call_addressed(row_kernels, FUSED_FORWARD, fused_forward_operands(
-                    code, r, fused[r], slots, iattr, fattr, arena, places, scratch, work))
+                call_addressed(row_kernels, FUSED_FORWARD,
+                               (code, r, fused[r], slots, iattr, fattr, arena, places, scratch, work))
                 r = fused[r]
             continue
         if scalars[r, SC_RUN] > r:
             stop = min(scalars[r, SC_RUN], r1)
-            _scalar_run_forward(scalars, r, stop, iattr, fattr, arena)
+            call_addressed(row_kernels, SCALAR_RUN_FORWARD, (scalars, r, stop, iattr, fattr, arena))
             r = stop
             continue
         if _stashes(code, r):
@@ -338,9 +337,10 @@ def _stash(code, r, slots, scratch):
 
 
 @njit(cache=True, error_model="numpy")
-def _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, stash):
+def logsumexp_reverse_from_stash(operands):
     """_reverse_row of a LOGSUMEXP row with a stash, one column: its input's cotangent from the stashed
-    exponentials (reduction.logsumexp_from_stash), set where written first (as every reduction's)."""
+    exponentials (reduction.logsumexp_from_stash), set where written first (as every reduction's). Addressed."""
+    code, r, slots, iattr, flat, written, stash = operands
     j0 = code[r, oc.IN0_ADJ]
     if not written[code[r, oc.OUT]] or j0 < 0:
         return
@@ -621,19 +621,19 @@ def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, tem
     Rows whose output is inactive were pruned at lowering; an inactive input
     (adjoint row -1) is skipped, so its derivative is never computed.
     """
-    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes,
-                  row_kernels=row_kernels)
+    _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, new_work(), temps, homes, None, None, None, None,
+                  None, None, row_kernels)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, scalars=None, groups=None,
-                  places=None, scratch=None, kernels=None, kernel_args=None, row_kernels=None):
+@njit(cache=True, error_model="numpy")
+def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, scalars, groups, places,
+                  scratch, kernels, kernel_args, row_kernels):
     """reverse_sweep with a workspace (jitape_kernels.cpu.workspace). A replay's gradient step (with one column)
     also gives the compact rows of its scalar runs (`scalars`: layout.scalar_runs) and its fused reverse groups
     (`groups`, `places`, `scratch`: layout.reverse_groups; groups[r] > 1: rows r down to r - groups[r] + 1) with
-    their generated kernels (`kernels`, `kernel_args`: cpu.fusion.GroupKernels'), which run from those; reverse_sweep gives None, and numba prunes their branches from its compiled code (a new
-    user's first gradient compiles none of it). row_kernels: reverse_sweep's table of row kernels (None: they are
-    inlined; see _row_kernel)."""
+    their generated kernels (`kernels`, `kernel_args`: cpu.fusion.GroupKernels'), which run from those;
+    reverse_sweep gives None, and numba prunes their branches from its compiled code. row_kernels: the table of
+    addressed kernels (reverse_sweep's or replay_sweep's)."""
     code, slots, iattr, fattr, arena, adjoint, written, work, temps, homes = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
         unowned(written), unowned(work), unowned(temps), unowned(homes))
@@ -644,35 +644,33 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
         if K == 1:
             if scalars is not None:
                 if scalars[r, SC_RUN] > 0:
-                    _scalar_run_reverse(scalars, r, scalars[r, SC_RUN], iattr, fattr, arena, flat, written)
+                    call_addressed(row_kernels, SCALAR_RUN_REVERSE,
+                                   (scalars, r, scalars[r, SC_RUN], iattr, fattr, arena, flat, written))
                     r -= scalars[r, SC_RUN]
                     continue
-            r = _small_rows_reverse(code, _scalar_rows_reverse(code, r, slots, iattr, fattr, arena, flat, written),
-                                    slots, iattr, fattr, arena, flat, written, scalars)
+            r = call_returning(row_kernels[SCALAR_ROWS_REVERSE, 0], row_kernels[SCALAR_ROWS_REVERSE, 1],
+                               ((code, r, slots, iattr, fattr, arena, flat, written),), 0)
+            if r >= 0:
+                r = call_returning(row_kernels[SMALL_ROWS_REVERSE, 0], row_kernels[SMALL_ROWS_REVERSE, 1],
+                                   ((code, r, slots, iattr, fattr, arena, flat, written, scalars),), 0)
             if r < 0:
                 break
             if scalars is not None:
                 if scalars[r, SC_RUN] > 0:
                     continue
                 if groups[r] > 1:
-                    call_addressed(row_kernels, FUSED_REVERSE, fused_reverse_operands(
-                        code, r, groups[r], slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work,
-                        kernels, kernel_args))
+                    call_addressed(row_kernels, FUSED_REVERSE, (code, r, groups[r], slots, iattr, fattr, arena, flat,
+                                                                written, places, scratch, scalars, work, kernels,
+                                                                kernel_args))
                     r -= groups[r]
                     continue
                 if _stashes(code, r):
-                    _logsumexp_reverse_from_stash(code, r, slots, iattr, flat, written, _stash(code, r, slots, scratch))
+                    call_addressed(row_kernels, LOGSUMEXP_FROM_STASH,
+                                   (code, r, slots, iattr, flat, written, _stash(code, r, slots, scratch)))
                     r -= 1
                     continue
         _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, row_kernels)
         r -= 1
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def fused_reverse_operands(code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work,
-                           kernels, kernel_args):
-    """fused_reverse's operands: those of rows r down to r - count + 1."""
-    return code, r, count, slots, iattr, fattr, arena, flat, written, places, scratch, scalars, work, kernels, kernel_args
 
 
 @njit(cache=True, error_model="numpy")
@@ -768,10 +766,11 @@ def fused_reverse(operands):
 
 
 @njit(cache=True, error_model="numpy")
-def _scalar_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
+def scalar_rows_reverse(operands):
     """reverse_sweep with one column over rows r0, r0-1, ... while they are scalar elementwise rows; the
     first row that is not (-1: none). A loop of its own: compiled inside the general row's code, a scalar chain
-    runs at half this speed."""
+    runs at half this speed. Addressed, as the row kernels: called once per stretch of rows."""
+    code, r0, slots, iattr, fattr, arena, flat, written = operands
     for r in range(r0, -1, -1):
         op = code[r, oc.OP]
         if op > oc.BINARY_LAST or slots[code[r, oc.OUT], oc.SIZE] != 1:
@@ -815,10 +814,11 @@ def _scalar_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written):
 
 
 @njit(cache=True, error_model="numpy")
-def _scalar_run_reverse(scalars, r, count, iattr, fattr, arena, flat, written):
+def scalar_run_reverse(operands):
     """Rows r down to r - count + 1 of a gradient step with one column, scalar elementwise rows, from their compact
     rows and planned flags (layout.scalar_runs): no slot table and no reads of `written` (its inputs' entries are
-    set as the sweep would), 40% faster than _scalar_rows_reverse on a scalar chain."""
+    set as the sweep would), 40% faster than scalar_rows_reverse on a scalar chain. Addressed."""
+    scalars, r, count, iattr, fattr, arena, flat, written = operands
     for q in range(r, r - count, -1):
         flags = scalars[q, SC_FLAGS]
         if flags == 0:      # its output's cotangent is zero
@@ -855,17 +855,30 @@ def _scalar_run_reverse(scalars, r, count, iattr, fattr, arena, flat, written):
                 flat[j1] += g * db
 
 
+def _starts_run(scalars, r):
+    """Whether row r starts a scalar run of `scalars` (None: no runs). An overload: numba prunes a branch on
+    `scalars is None` for arguments only, and small_rows_reverse unpacks its scalars from a tuple."""
+
+
+@overload(_starts_run, inline="always")
+def _starts_run_overload(scalars, r):
+    if isinstance(scalars, types.NoneType):
+        return lambda scalars, r: False
+    return lambda scalars, r: scalars[r, SC_RUN] > 0
+
+
 @njit(cache=True, error_model="numpy")
-def _small_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written, scalars=None):
+def small_rows_reverse(operands):
     """reverse_sweep with one column over rows r0, r0-1, ... while they are elementwise rows of at most SMALL
     entries or SLICE/PLACE rows moving one run of at most SMALL entries; the first row that is not, or that starts
     a scalar run (see _reverse_rows) (-1: none).
     A loop of its own: in the general row's code a small row pays for its views (~60 ns), and a scalar chain
-    runs faster still in _scalar_rows_reverse's straight-line loop (25% slower in this one)."""
+    runs faster still in scalar_rows_reverse's straight-line loop (25% slower in this one). Addressed; scalars:
+    a replay's scalar runs, or None (reverse_sweep)."""
+    code, r0, slots, iattr, fattr, arena, flat, written, scalars = operands
     for r in range(r0, -1, -1):
-        if scalars is not None:
-            if scalars[r, SC_RUN] > 0:
-                return r
+        if _starts_run(scalars, r):
+            return r
         op = code[r, oc.OP]
         if op > oc.BINARY_LAST:
             src, dst, size = contiguous_run(op, iattr, code[r, oc.ATTR])
@@ -915,7 +928,7 @@ def _small_rows_reverse(code, r0, slots, iattr, fattr, arena, flat, written, sca
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, row_kernels=None):
+def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, row_kernels):
     """reverse_sweep's work for row r (row_kernels: see _reverse_rows)."""
     K = adjoint.shape[1]
     if not written[code[r, oc.OUT]]:
@@ -1000,9 +1013,13 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     written = np.zeros(slots.shape[0], np.bool_)
     work = new_work()
     start = 0
-    for s in range(steps.shape[0]):
-        _forward_rows(code, start, steps[s, 0], slots, iattr, fattr, arena, fused, places, scratch, work, temps,
+    for s in range(steps.shape[0] + 1):
+        # one call site of the inlined forward rows (two doubled replay_sweep's compile of them)
+        stop = steps[s, 0] if s < steps.shape[0] else code.shape[0]
+        _forward_rows(code, start, stop, slots, iattr, fattr, arena, fused, places, scratch, work, temps,
                       scalars, kernels, kernel_args, row_kernels)
+        if s == steps.shape[0]:
+            break
         written[:] = False
         seed = steps[s, 3]
         if seed >= 0:
@@ -1027,9 +1044,7 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                 continue
             for i in range(size):
                 arena[offset + i] = adjoint[row + i, 0] if row >= 0 and written[source] else 0
-        start = steps[s, 0]
-    _forward_rows(code, start, code.shape[0], slots, iattr, fattr, arena, fused, places, scratch, work, temps,
-                  scalars, kernels, kernel_args, row_kernels)
+        start = stop
     for g in range(guards.shape[0]):
         offset, size, e = guards[g, 0], guards[g, 1], guards[g, 2]
         for i in range(size):
@@ -1060,10 +1075,13 @@ def planned_temps(code, iattr):
 
 # The table of addressed kernels (row_kernels) that forward_sweep, reverse_sweep and replay_sweep take: a row per
 # kernel (its address, the key of the signature it was compiled for; row_kernels.kernel_table fills the rows a
-# Program needs): the reverse row kernels, the forward row kernels, then the fused groups' block kernels.
-ADDRESSED_KERNELS = REVERSE_ROW_KERNELS + FORWARD_ROW_KERNELS + (fused_forward, fused_reverse)
+# Program needs): the reverse row kernels, the forward row kernels, the fused groups' block kernels, then the
+# scalar loops (each called once per stretch of rows: compiled once per dtype, not into every sweep).
+ADDRESSED_KERNELS = REVERSE_ROW_KERNELS + FORWARD_ROW_KERNELS + (
+    fused_forward, fused_reverse, scalar_rows_forward, scalar_run_forward, scalar_rows_reverse, small_rows_reverse,
+    scalar_run_reverse, logsumexp_reverse_from_stash)
 FORWARD_FIRST = len(REVERSE_ROW_KERNELS)
-FUSED_FORWARD = FORWARD_FIRST + len(FORWARD_ROW_KERNELS)
-FUSED_REVERSE = FUSED_FORWARD + 1
+(FUSED_FORWARD, FUSED_REVERSE, SCALAR_ROWS_FORWARD, SCALAR_RUN_FORWARD, SCALAR_ROWS_REVERSE, SMALL_ROWS_REVERSE,
+ SCALAR_RUN_REVERSE, LOGSUMEXP_FROM_STASH) = range(FORWARD_FIRST + len(FORWARD_ROW_KERNELS), len(ADDRESSED_KERNELS))
 # per opcode, its forward row kernel's row in the table
 FORWARD_KERNEL_OF = FORWARD_FIRST + _kinds_of_opcodes(FORWARD_KINDS, {"compare": "binary", "sum": "sum"})

@@ -7,17 +7,17 @@ there. A cold reverse sweep compiled every op family's kernels (38 s of a new
 user's 42 s first `jitape demo`) whatever its Program held, and a cold replay
 sweep every family's forward and reverse kernels (70 s). These sweeps instead
 call each row's kernel (interpreter.ADDRESSED_KERNELS: a forward and a reverse
-row kernel per op family, and the fused groups' block kernels) through a table
-of addresses that the caller fills for the kernels its Program uses
-(kernel_table): compiled or loaded once per signature, and only those. The
-call goes through addressed.call_at, which checks the key of the signature
-each address was compiled for; scalar and small elementwise rows never take it
-(the sweeps run them inline).
+row kernel per op family, the fused groups' block kernels, and the scalar
+loops, called once per stretch of scalar or small rows) through a table of
+addresses that the caller fills for the kernels its Program uses
+(kernel_table): compiled or loaded once per signature, and only those, each
+once for every sweep. The call goes through addressed.call_at, which checks
+the key of the signature each address was compiled for.
 
 The kernels come in groups (AddressedGroup), each of one signature: the type of
-the tuple its operand function makes of a row (interpreter.row_operands,
-forward_operands, fused_forward_operands, fused_reverse_operands), worked out
-by compiling that function for the arrays the sweep passes.
+the tuple of operands a sweep passes them (interpreter.row_operands' and
+forward_operands' for the row kernels, worked out by compiling them for the
+arrays the sweep passes).
 """
 import threading
 from typing import Callable, NamedTuple
@@ -28,8 +28,9 @@ from numba import typeof, types
 from .. import opcodes as oc
 from .addressed import plain, signature_key
 from .interpreter import (ADDRESSED_KERNELS, FORWARD_FIRST, FORWARD_KERNEL_OF, FORWARD_ROW_KERNELS, FUSED_FORWARD,
-                          FUSED_REVERSE, REVERSE_KERNEL_OF, REVERSE_ROW_KERNELS, SMALL, forward_operands,
-                          fused_forward_operands, fused_reverse_operands, row_operands)
+                          FUSED_REVERSE, LOGSUMEXP_FROM_STASH, REVERSE_KERNEL_OF, REVERSE_ROW_KERNELS,
+                          SCALAR_ROWS_FORWARD, SCALAR_ROWS_REVERSE, SCALAR_RUN_FORWARD, SCALAR_RUN_REVERSE, SMALL,
+                          SMALL_ROWS_REVERSE, forward_operands, row_operands)
 from .workspace import new_work
 
 try:        # numba's C function typing an argument for its dispatch (~0.2 us), else numba's typeof (~5 us)
@@ -43,49 +44,73 @@ _ROW = types.int64
 
 
 class AddressedGroup(NamedTuple):
-    """Kernels of one signature: their first row in the table, the kernels, the njit function making their
-    operands' tuple, and `outer`: the argument types of that function for the arrays a sweep passes (the
-    arguments its `arrays` name)."""
+    """Kernels of one signature: their first row in the table, the kernels, `outer`: for the arrays a sweep passes
+    (the arguments its `arrays` name), the types from which the kernels' operand tuple is made, `operands`: the
+    njit function making that tuple from them (None: the tuple of them), and the kernels' return type."""
     first: int
     kernels: tuple
-    operands: object
     outer: Callable
+    operands: object = None
+    returns: object = types.none
 
     def signature(self, arrays):
-        """The kernels' argument types for `arrays` (the types of the tuple the operand function makes)."""
+        """The kernels' argument types for `arrays`: the type of their operand tuple."""
         outer = self.outer(*map(typeof, arrays))
+        if self.operands is None:
+            return plain((types.Tuple(outer),))
         self.operands.compile(outer)
         return plain((self.operands.overloads[outer].signature.return_type,))
 
 
-REVERSE = AddressedGroup(  # arrays: code, slots, iattr, fattr, arena, adjoint, temps, homes
-    0, REVERSE_ROW_KERNELS, row_operands,
-    lambda code, slots, iattr, fattr, arena, adjoint, temps, homes: (
-        code, _ROW, slots, iattr, fattr, arena, adjoint, _WORK, temps, homes, types.boolean, types.boolean))
-FORWARD = AddressedGroup(  # arrays: code, slots, iattr, fattr, arena, temps (the stash: a view of temps' type)
-    FORWARD_FIRST, FORWARD_ROW_KERNELS, forward_operands,
-    lambda code, slots, iattr, fattr, arena, temps: (code, _ROW, slots, iattr, fattr, arena, _WORK, temps, temps))
-FUSED_FORWARD_GROUP = AddressedGroup(  # arrays: code, slots, iattr, fattr, arena, places, scratch
-    FUSED_FORWARD, ADDRESSED_KERNELS[FUSED_FORWARD:FUSED_FORWARD + 1], fused_forward_operands,
-    lambda code, slots, iattr, fattr, arena, places, scratch: (
-        code, _ROW, _ROW, slots, iattr, fattr, arena, places, scratch, _WORK))
-FUSED_REVERSE_GROUP = AddressedGroup(  # arrays: code, slots, iattr, fattr, arena, flat, places, scratch, scalars,
-    FUSED_REVERSE, ADDRESSED_KERNELS[FUSED_REVERSE:FUSED_REVERSE + 1], fused_reverse_operands,   # kernels, args
-    lambda code, slots, iattr, fattr, arena, flat, places, scratch, scalars, kernels, kernel_args: (
+def _single(first, outer, returns=types.none):
+    """The group of the one kernel in row `first`, its operands the tuple of `outer`'s types."""
+    return AddressedGroup(first, ADDRESSED_KERNELS[first:first + 1], outer, returns=returns)
+
+
+# each group's arrays: its `outer`'s arguments
+REVERSE = AddressedGroup(
+    0, REVERSE_ROW_KERNELS, lambda code, slots, iattr, fattr, arena, adjoint, temps, homes: (
+        code, _ROW, slots, iattr, fattr, arena, adjoint, _WORK, temps, homes, types.boolean, types.boolean),
+    row_operands)
+FORWARD = AddressedGroup(   # the stash: a view of temps' type
+    FORWARD_FIRST, FORWARD_ROW_KERNELS, lambda code, slots, iattr, fattr, arena, temps: (
+        code, _ROW, slots, iattr, fattr, arena, _WORK, temps, temps), forward_operands)
+FUSED_FORWARD_GROUP = _single(FUSED_FORWARD, lambda code, slots, iattr, fattr, arena, places, scratch: (
+    code, _ROW, _ROW, slots, iattr, fattr, arena, places, scratch, _WORK))
+FUSED_REVERSE_GROUP = _single(
+    FUSED_REVERSE, lambda code, slots, iattr, fattr, arena, flat, places, scratch, scalars, kernels, kernel_args: (
         code, _ROW, _ROW, slots, iattr, fattr, arena, flat, _WRITTEN, places, scratch, scalars, _WORK, kernels,
         kernel_args))
+SCALAR_ROWS_FORWARD_GROUP = _single(SCALAR_ROWS_FORWARD, lambda code, slots, iattr, fattr, arena: (
+    code, _ROW, _ROW, slots, iattr, fattr, arena), _ROW)
+SCALAR_RUN_FORWARD_GROUP = _single(SCALAR_RUN_FORWARD, lambda scalars, iattr, fattr, arena: (
+    scalars, _ROW, _ROW, iattr, fattr, arena))
+SCALAR_ROWS_REVERSE_GROUP = _single(SCALAR_ROWS_REVERSE, lambda code, slots, iattr, fattr, arena, flat: (
+    code, _ROW, slots, iattr, fattr, arena, flat, _WRITTEN), _ROW)
+SMALL_ROWS_REVERSE_GROUP = _single(   # scalars: a replay's scalar runs, None in reverse_sweep
+    SMALL_ROWS_REVERSE, lambda code, slots, iattr, fattr, arena, flat, scalars: (
+        code, _ROW, slots, iattr, fattr, arena, flat, _WRITTEN, scalars), _ROW)
+SCALAR_RUN_REVERSE_GROUP = _single(SCALAR_RUN_REVERSE, lambda scalars, iattr, fattr, arena, flat: (
+    scalars, _ROW, _ROW, iattr, fattr, arena, flat, _WRITTEN))
+LOGSUMEXP_FROM_STASH_GROUP = _single(LOGSUMEXP_FROM_STASH, lambda code, slots, iattr, flat, scratch: (
+    code, _ROW, slots, iattr, flat, _WRITTEN, scratch))
 
 
 def forward_kernels(code, slots, iattr, fattr, arena, temps):
-    """forward_sweep's `row_kernels` for these arrays: the forward row kernels of the families `code` holds."""
-    arrays = (code, slots, iattr, fattr, arena, temps)
-    return kernel_table([(FORWARD, arrays, needed_forward_kernels(code, slots))])
+    """forward_sweep's `row_kernels` for these arrays: its scalar loop and the forward row kernels of the families
+    `code` holds."""
+    return kernel_table([(FORWARD, (code, slots, iattr, fattr, arena, temps), needed_forward_kernels(code, slots)),
+                         (SCALAR_ROWS_FORWARD_GROUP, (code, slots, iattr, fattr, arena), [0])])
 
 
 def reverse_kernels(code, slots, iattr, fattr, arena, adjoint, temps, homes):
-    """reverse_sweep's `row_kernels` for these arrays: the reverse row kernels of the families `code` holds."""
-    arrays = (code, slots, iattr, fattr, arena, adjoint, temps, homes)
-    return kernel_table([(REVERSE, arrays, needed_reverse_kernels(code, slots))])
+    """reverse_sweep's `row_kernels` for these arrays: its scalar loops and the reverse row kernels of the
+    families `code` holds."""
+    flat = adjoint.reshape(adjoint.size)
+    return kernel_table([
+        (REVERSE, (code, slots, iattr, fattr, arena, adjoint, temps, homes), needed_reverse_kernels(code, slots)),
+        (SCALAR_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat), [0]),
+        (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, None), [0])])
 
 
 _NO_HOMES = np.zeros(0, np.int64)     # a replay reads every value in its arena
@@ -93,20 +118,27 @@ _NO_HOMES = np.zeros(0, np.int64)     # a replay reads every value in its arena
 
 def replay_kernels(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
                    scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args):
-    """replay_sweep's `row_kernels` for its other arguments: the forward row kernels of the rows of `code` that
-    no fused group holds, fused_forward if there is a group, the reverse row kernels of step_code's rows and
-    fused_reverse if a gradient step has a fused group."""
+    """replay_sweep's `row_kernels` for its other arguments: its scalar loops, the forward row kernels of the rows
+    of `code` that no fused group holds, fused_forward if there is a group, the reverse row kernels of
+    step_code's rows and fused_reverse if a gradient step has a fused group."""
     outside = np.ones(code.shape[0], np.bool_)
     for r in np.flatnonzero(fused > np.arange(fused.size)):
         outside[r:fused[r]] = False
     flat = adjoint.reshape(adjoint.size)
+    stashed = ((step_code[:, oc.OP] == oc.LOGSUMEXP) & (step_code[:, oc.STASH] >= 0)).any()     # interpreter._stashes
     return kernel_table([
         (FORWARD, (code, slots, iattr, fattr, arena, temps), needed_forward_kernels(code[outside], slots)),
         (REVERSE, (step_code, slots, iattr, fattr, arena, adjoint, temps, _NO_HOMES),
          needed_reverse_kernels(step_code, slots)),
         (FUSED_FORWARD_GROUP, (code, slots, iattr, fattr, arena, places, scratch), [0] if not outside.all() else []),
         (FUSED_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, step_places, scratch, step_scalars, kernels,
-                               kernel_args), [0] if (step_groups > 1).any() else [])])
+                               kernel_args), [0] if (step_groups > 1).any() else []),
+        (SCALAR_ROWS_FORWARD_GROUP, (code, slots, iattr, fattr, arena), [0]),
+        (SCALAR_RUN_FORWARD_GROUP, (scalars, iattr, fattr, arena), [0]),
+        (SCALAR_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat), [0]),
+        (SMALL_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, step_scalars), [0]),
+        (SCALAR_RUN_REVERSE_GROUP, (step_scalars, iattr, fattr, arena, flat), [0]),
+        (LOGSUMEXP_FROM_STASH_GROUP, (step_code, slots, iattr, flat, scratch), [0] if stashed else [])])
 
 
 def _called_kinds(code, slots, kernel_of, count):
@@ -142,7 +174,7 @@ def kernel_table(needs):
         signed = tuple((group, group.signature(arrays)) for group, arrays, _ in needs)
         table = np.zeros((len(ADDRESSED_KERNELS), 2), np.int64)
         for group, signature in signed:
-            table[group.first:group.first + len(group.kernels), 1] = signature_key(signature)
+            table[group.first:group.first + len(group.kernels), 1] = signature_key(signature, group.returns)
         found = _by_kind.setdefault(kind, (signed, table))
     signed, table = found
     wanted = [(group, signature, k) for (group, signature), (_, _, indices) in zip(signed, needs) for k in indices]
@@ -150,7 +182,7 @@ def kernel_table(needs):
         with _lock:
             for group, signature, k in wanted:
                 if not table[group.first + k, 0]:
-                    table[group.first + k, 0] = _address(group.kernels[k], signature)
+                    table[group.first + k, 0] = _address(group.kernels[k], signature, group.returns)
     return table
 
 
@@ -159,10 +191,12 @@ def empty_table():
     return np.zeros((len(ADDRESSED_KERNELS), 2), np.int64)
 
 
-def _address(dispatcher, signature):
-    """The address of the native function numba compiled (or loads) for `signature`; the dispatcher keeps it."""
+def _address(dispatcher, signature, returns):
+    """The address of the native function numba compiled (or loads) for `signature`, which must return `returns`;
+    the dispatcher keeps it."""
     dispatcher.compile(signature)
     compiled = dispatcher.overloads[tuple(signature)]
-    if compiled.signature.return_type != types.none:
-        raise TypeError(f"row kernel {dispatcher.__name__} must return None, got {compiled.signature.return_type}")
+    if compiled.signature.return_type != returns:
+        raise TypeError(f"addressed kernel {dispatcher.__name__} must return {returns}, got "
+                        f"{compiled.signature.return_type}")
     return compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
