@@ -181,3 +181,29 @@ def test_the_sweeps_link_no_row_kernel():
         assert not [name for name in kernels_and_theirs if any(_mangled(name) in f for f in defined)], sweep
     assert any(_mangled("matmul_reverse") in f for f in _defined_functions(interpreter.reverse_matmul_row))
     assert any(_mangled("unary_forward") in f for f in _defined_functions(interpreter.forward_unary_row))
+
+
+def test_scalar_broadcasts_and_whole_sums_of_small_rows_run_in_the_scalar_loops():
+    # W6a's rows: w and b broadcast to three entries, the squared residuals summed into one
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([3.0, 5.0, 7.5])
+    program = _program(lambda w: jt.reduce_sum(jt.square(w * jt.constant(x) + 1.0 - jt.constant(y))), 2.0)
+    ops = {oc.NAMES[op] for op in program.code[:, oc.OP]}
+    assert {"tile", "sum"} <= ops
+    assert row_kernels.needed_forward_kernels(program.code, program.slots) == []
+    temps = np.zeros(0, program.dtype)
+    arena = program.arena.copy()
+    for row in program.code:
+        arena[row[oc.OUT_OFF]:row[oc.OUT_OFF] + program.slots[row[oc.OUT], oc.SIZE]] = np.nan
+    # a table holding the scalar loop alone: a row needing its kernel would raise
+    cpu.forward_sweep(program.code, program.slots, program.iattr, program.fattr, arena, temps,
+                      cpu.forward_kernels(program.code, program.slots, program.iattr, program.fattr, arena, temps))
+    np.testing.assert_array_equal(arena, program.arena)        # numpy's bits: a fill, a sum in numpy's order
+    w = jt.Variable(2.0)
+    with jt.GradientTape(persistent=True) as tape:
+        loss = jt.reduce_sum(jt.square(w * jt.constant(x) + 1.0 - jt.constant(y)))
+        both = jt.stack([loss, 2.0 * loss])
+    gradient = tape.gradient(loss, w).numpy()           # one column: the scalar loops
+    jacobian = tape.jacobian(both, w).numpy()           # two columns: the row kernels
+    expected = np.sum(2 * (2.0 * x + 1.0 - y) * x)
+    np.testing.assert_allclose(gradient, expected, rtol=1e-15)
+    np.testing.assert_allclose(jacobian, [expected, 2 * expected], rtol=1e-15)

@@ -43,6 +43,19 @@ SMALL = 16
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def small_row(op, n0, size):
+    """Whether a row of `op` with n0 input and `size` output entries is small: run inline by the scalar loops
+    (K = 1) where a larger one calls its row kernel. An elementwise row of at most SMALL entries, a TILE of one
+    entry (a scalar broadcast) to at most SMALL, or a SUM of at most SMALL entries into one (a whole sum).
+    SLICE and PLACE rows moving one run of at most SMALL entries are run inline too (shape.contiguous_run)."""
+    if op <= oc.BINARY_LAST:
+        return size <= SMALL
+    if op == oc.TILE:
+        return n0 == 1 and size <= SMALL
+    return op == oc.SUM and size == 1 and n0 <= SMALL
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def params(op, iattr, fattr, a):
     if op == oc.CLIP:
         return fattr[iattr[a]], fattr[iattr[a] + 1]
@@ -75,15 +88,25 @@ def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work, temps, row_ker
 
 @njit(cache=True, error_model="numpy")
 def scalar_rows_forward(operands):
-    """forward_sweep over rows r0, r0+1, ... (before r1) while they are elementwise rows of at most SMALL
-    entries, the rule inlined per entry (no views), or SLICE/PLACE rows moving one run of at most SMALL entries;
-    the first row that is not (r1: none). A loop of its own, as scalar_rows_reverse (addressed, as the row
-    kernels: called once per stretch of rows)."""
+    """forward_sweep over rows r0, r0+1, ... (before r1) while they are small rows (small_row: elementwise rows
+    of at most SMALL entries, the rule inlined per entry (no views), a scalar broadcast to or a whole sum of at
+    most SMALL entries) or SLICE/PLACE rows moving one run of at most SMALL entries; the first row that is not
+    (r1: none). A loop of its own, as scalar_rows_reverse (addressed, as the row kernels: called once per
+    stretch of rows)."""
     code, r0, r1, slots, iattr, fattr, arena = operands
     for r in range(r0, r1):
         op = code[r, oc.OP]
         o = code[r, oc.OUT_OFF]
         i0 = code[r, oc.IN0_OFF]
+        if op == oc.TILE or op == oc.SUM:
+            if not small_row(op, slots[code[r, oc.IN0], oc.SIZE], slots[code[r, oc.OUT], oc.SIZE]):
+                return r
+            if op == oc.TILE:
+                for e in range(slots[code[r, oc.OUT], oc.SIZE]):
+                    arena[o + e] = arena[i0]
+            else:       # in numpy's order, as reduction.sum_forward sums a short row
+                arena[o] = reduction.lane_sum(arena, i0, slots[code[r, oc.IN0], oc.SIZE])
+            continue
         if op > oc.BINARY_LAST:
             src, dst, n = contiguous_run(op, iattr, code[r, oc.ATTR])
             if n < 0 or n > SMALL:
@@ -869,9 +892,9 @@ def _starts_run_overload(scalars, r):
 
 @njit(cache=True, error_model="numpy")
 def small_rows_reverse(operands):
-    """reverse_sweep with one column over rows r0, r0-1, ... while they are elementwise rows of at most SMALL
-    entries or SLICE/PLACE rows moving one run of at most SMALL entries; the first row that is not, or that starts
-    a scalar run (see _reverse_rows) (-1: none).
+    """reverse_sweep with one column over rows r0, r0-1, ... while they are small rows (small_row) or SLICE/PLACE
+    rows moving one run of at most SMALL entries; the first row that is not, or that starts a scalar run (see
+    _reverse_rows) (-1: none).
     A loop of its own: in the general row's code a small row pays for its views (~60 ns), and a scalar chain
     runs faster still in scalar_rows_reverse's straight-line loop (25% slower in this one). Addressed; scalars:
     a replay's scalar runs, or None (reverse_sweep)."""
@@ -880,7 +903,11 @@ def small_rows_reverse(operands):
         if _starts_run(scalars, r):
             return r
         op = code[r, oc.OP]
-        if op > oc.BINARY_LAST:
+        if op == oc.TILE or op == oc.SUM:
+            size = slots[code[r, oc.OUT], oc.SIZE]
+            if not small_row(op, slots[code[r, oc.IN0], oc.SIZE], size):
+                return r
+        elif op > oc.BINARY_LAST:
             src, dst, size = contiguous_run(op, iattr, code[r, oc.ATTR])
             if size < 0 or size > SMALL:
                 return r
@@ -897,6 +924,18 @@ def small_rows_reverse(operands):
         first0 = j0 >= 0 and not written[code[r, oc.IN0]]
         if j0 >= 0:
             written[code[r, oc.IN0]] = True
+        if op == oc.TILE:           # a scalar broadcast: its entries' cotangents summed (as shape.tile_linear sums)
+            if j0 >= 0:
+                total = reduction.lane_sum(flat, go, size)
+                if first0:
+                    flat[j0] = 0
+                flat[j0] += total
+            continue
+        if op == oc.SUM:            # a whole sum: its cotangent to every entry
+            if j0 >= 0:
+                for e in range(slots[code[r, oc.IN0], oc.SIZE]):
+                    _put(flat, j0 + e, flat[go], first0)
+            continue
         if op > oc.BINARY_LAST:     # a run moved: its cotangent moves back (a SLICE's other entries get zeros)
             if j0 >= 0:
                 if first0 and op == oc.SLICE:

@@ -141,22 +141,25 @@ def replay_kernels(code, slots, iattr, fattr, arena, steps, step_code, moves, ad
         (LOGSUMEXP_FROM_STASH_GROUP, (step_code, slots, iattr, flat, scratch), [0] if stashed else [])])
 
 
-def _called_kinds(code, slots, kernel_of, count):
-    """The kernel indices (kernel_of[op] - its group's first row) of the rows of `code` that a sweep does not run
-    inline: every row but the elementwise rows of at most SMALL entries."""
-    ops = code[:, oc.OP]
-    called = (ops > oc.BINARY_LAST) | (slots[code[:, oc.OUT], oc.SIZE] > SMALL)
-    return np.flatnonzero(np.bincount(kernel_of[ops[called]], minlength=count)).tolist()
+def _called_kinds(code, called, kernel_of, count):
+    """The kernel indices (kernel_of[op] - its group's first row) of the rows of `code` that `called` marks."""
+    return np.flatnonzero(np.bincount(kernel_of[code[called, oc.OP]], minlength=count)).tolist()
 
 
 def needed_reverse_kernels(code, slots):
-    """The REVERSE_ROW_KERNELS indices whose kernels reverse_sweep may call for `code`."""
-    return _called_kinds(code, slots, REVERSE_KERNEL_OF, len(REVERSE_ROW_KERNELS))
+    """The REVERSE_ROW_KERNELS indices whose kernels reverse_sweep may call for `code`: every row's but the
+    elementwise rows of at most SMALL entries (with K > 1 columns too, the sweep runs them inline)."""
+    called = (code[:, oc.OP] > oc.BINARY_LAST) | (slots[code[:, oc.OUT], oc.SIZE] > SMALL)
+    return _called_kinds(code, called, REVERSE_KERNEL_OF, len(REVERSE_ROW_KERNELS))
 
 
 def needed_forward_kernels(code, slots):
-    """The FORWARD_ROW_KERNELS indices whose kernels forward_sweep may call for `code`."""
-    return _called_kinds(code, slots, FORWARD_KERNEL_OF - FORWARD_FIRST, len(FORWARD_ROW_KERNELS))
+    """The FORWARD_ROW_KERNELS indices whose kernels forward_sweep may call for `code`: every row's but those
+    interpreter.small_row calls small, which its scalar loop runs."""
+    ops, n0, size = code[:, oc.OP], slots[code[:, oc.IN0], oc.SIZE], slots[code[:, oc.OUT], oc.SIZE]
+    small = np.where(ops <= oc.BINARY_LAST, size <= SMALL,
+                     ((ops == oc.TILE) & (n0 == 1) & (size <= SMALL)) | ((ops == oc.SUM) & (size == 1) & (n0 <= SMALL)))
+    return _called_kinds(code, ~small, FORWARD_KERNEL_OF - FORWARD_FIRST, len(FORWARD_ROW_KERNELS))
 
 
 _by_kind = {}           # the groups' first rows and their arrays' type keys -> ((group, signature), ...), table
