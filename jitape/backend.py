@@ -122,14 +122,16 @@ class CPU(Backend):
         self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
                                     written, program.homes, temps, self._row_kernels(program, adjoint, temps))
 
-    def _row_kernels(self, program, adjoint, temps):
-        """The reverse sweep's row kernel table for `program`'s families (planned once per Program: its memo; the
-        sweep's arrays have one type per dtype, and the sweep checks it)."""
-        table = program.memo.get("row kernels")
+    def _row_kernels(self, program, adjoint, temps, every_row=False):
+        """The reverse sweep's row kernel table for `program`'s families (every_row: the second-order sweep's,
+        which calls one for every row), planned once per Program (its memo; the sweep's arrays have one type per
+        dtype, and the sweep checks it)."""
+        key = "row kernels", every_row
+        table = program.memo.get(key)
         if table is None:
-            table = program.memo["row kernels"] = self._kernels.reverse_kernels(
+            table = program.memo[key] = self._kernels.reverse_kernels(
                 program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, temps,
-                program.homes)
+                program.homes, every_row)
         return table
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
@@ -138,9 +140,10 @@ class CPU(Backend):
                                     self._temps(program, tangent.shape[1]))
 
     def second_order(self, program, adjoint, tangent, adjoint_tangent, seeded):
+        temps = self._temps(program, tangent.shape[1])
         return self._kernels.second_order_sweep(program.code, program.slots, program.iattr, program.fattr,
                                                 program.arena, adjoint, tangent, adjoint_tangent, seeded, program.homes,
-                                                self._temps(program, tangent.shape[1]))
+                                                temps, self._row_kernels(program, adjoint_tangent, temps, True))
 
     def row_mixing(self, program, batch, seeded):
         return self._kernels.first_row_mixing(program.code, program.slots, program.iattr, batch, seeded,
@@ -153,8 +156,15 @@ class CPU(Backend):
     def per_example(self, program, code, modes, layouts, row_adjoint, param_adjoint):
         temps = workspace.scratch(self._kernels.per_example_temps(code, modes, program.slots, program.iattr,
                                                                   param_adjoint.shape[1]), program.arena.dtype)
+        # the per-example plan is one per (Program, batch): so is its table
+        key = "per-example row kernels", param_adjoint.shape[1]
+        table = program.memo.get(key)
+        if table is None:
+            table = program.memo[key] = self._kernels.reverse_kernels(
+                code, program.slots, program.iattr, program.fattr, program.arena, row_adjoint, temps, program.homes,
+                True)
         self._kernels.per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr,
-                                        program.arena, row_adjoint, param_adjoint, program.homes, temps)
+                                        program.arena, row_adjoint, param_adjoint, program.homes, temps, table)
 
 
 def _compiled_for(dispatcher, arrays):

@@ -128,10 +128,10 @@ def _dtype_steps(dtype):
                                                           -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d))),
         (f"second_order_sweep[{name}]", lambda: second_order_sweep(
             *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
-            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d))),
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d), empty_table())),
         (f"per_example_sweep[{name}]", lambda: per_example_sweep(
             np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
-            np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64), np.zeros(0, d))),
+            np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64), np.zeros(0, d), empty_table())),
         (f"eager[{name}]", lambda: _eager_steps(d)),
         (f"optimizers[{name}]", lambda: _optimizer_steps(d)),
     ]

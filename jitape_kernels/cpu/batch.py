@@ -360,11 +360,13 @@ def per_example_temps(code, modes, slots, iattr, batch):
 
 
 @njit(cache=True, error_model="numpy")
-def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes, temps):
+def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes, temps,
+                      row_kernels):
     """Reverse sweep of a per_example_plan: row instructions on the one-column buffer, parameter
     instructions on the `batch`-column buffer, junctions splitting contributions by example. homes: values read
     where they live (see interpreter.reverse_instruction); temps: the kernels' scratch, at least
-    per_example_temps' entries."""
+    per_example_temps' entries; row_kernels: the reverse row kernels of every row of `code` (row_kernels.
+    reverse_kernels with every_row, for the adjoint buffers' type)."""
     code, modes, post, slots, iattr, fattr, arena, row_adjoint, param_adjoint, homes, temps = (
         unowned(code), unowned(modes), unowned(post), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena),
         unowned(row_adjoint), unowned(param_adjoint), unowned(homes), unowned(temps))
@@ -372,10 +374,10 @@ def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint
     work = new_work()
     for r in range(code.shape[0] - 1, -1, -1):
         if modes[r] == ROW:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work, temps, homes)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, row_adjoint, work, temps, homes, row_kernels)
             continue
         if modes[r] == PARAM:
-            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work, temps, homes)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, param_adjoint, work, temps, homes, row_kernels)
             continue
         op = code[r, oc.OP]
         a = code[r, oc.ATTR]

@@ -9,7 +9,8 @@ family and direction: FORWARD_ROW_KERNELS, REVERSE_ROW_KERNELS), the fused
 groups' block kernels (fused_forward, fused_reverse) and the scalar loops are
 called through addresses (a table, `row_kernels`: see
 jitape_kernels.cpu.row_kernels) by forward_sweep, reverse_sweep and
-replay_sweep, which link none of them: each is compiled once per dtype, when a
+replay_sweep (and the reverse row kernels by the second-order and per-example
+sweeps), which link none of them: each is compiled once per dtype, when a
 Program first needs it. Between those and an entry point, the row loops
 (_forward_rows, _reverse_rows) are functions of their own (numba's inlining
 copies a callee's IR block by block with its whole scope: inlined into
@@ -378,15 +379,11 @@ def logsumexp_reverse_from_stash(operands):
 
 # The reverse row kernels, one per op family (opcodes.FAMILY_ORDER's; compare rows, which no derivative runs, are
 # binary rows), SUM and TILE apart from their families (the commonest, and a fifth of their families' compile),
-# all of one signature (row_operands'): reverse_sweep and replay_sweep call them through a table of addresses
-# (row_kernels), so a new user's first gradient compiles the kernels its Program uses, not all of them; the other
-# sweeps (second-order, per example: reverse_instruction) inline them, as they inlined one function of every
-# family before (as calls of their own, each compiled once more for those sweeps' signatures, a cold
-# second_order_sweep took 60.6 s instead of 38.8).
+# all of one signature (row_operands'): every sweep that runs reverse rules (reverse, replay, second-order, per
+# example) calls them through a table of addresses (row_kernels), so a new user's first gradient compiles the
+# kernels its Program uses, not all of them, and each is compiled once per dtype whatever sweeps call it.
 REVERSE_KINDS = ("unary", "binary", "where", "sum", "reduce", "cumsum", "tile", "mapped", "moved", "matmul", "solve",
                  "inv")
-(UNARY_ROWS, BINARY_ROWS, WHERE_ROWS, SUM_ROWS, REDUCE_ROWS, CUMSUM_ROWS, TILE_ROWS, MAPPED_ROWS, MOVED_ROWS,
- MATMUL_ROWS, SOLVE_ROWS, INV_ROWS) = range(len(REVERSE_KINDS))
 
 
 def _kinds_of_opcodes(kinds, own):
@@ -400,57 +397,16 @@ REVERSE_KERNEL_OF = _kinds_of_opcodes(REVERSE_KINDS, {"compare": "binary", "sum"
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0=False,
-                         assign1=False, row_kernels=None):
-    """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs.
-    homes: per slot, the address of a value read where it lives instead of in the arena (0: in the arena), or
-    empty (every value in the arena): see value_of. assign0/assign1: input 0's / input 1's rows are first
-    written here and hold no values yet (only the kernels that `sets_first_write` names take them: they set
-    those rows; the caller zeroes the others'). row_kernels: reverse_sweep's table of row kernels (None: they
-    are inlined)."""
-    _row_kernel(row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1),
-                REVERSE_KERNEL_OF[code[r, oc.OP]], row_kernels)
-
-
-def _row_kernel(operands, kind, row_kernels):
-    """Run row kernel `kind` over `operands`: through the table `row_kernels`, or inlined (row_kernels None). An
-    overload, so that each caller compiles only its own way (reverse_sweep none of the row kernels): a branch on
-    `row_kernels is None` compiled both."""
-
-
-@overload(_row_kernel, inline="always", jit_options={"error_model": "numpy"})
-def _row_kernel_overload(operands, kind, row_kernels):
-    if not isinstance(row_kernels, (types.NoneType, types.Omitted)):
-        def addressed(operands, kind, row_kernels):
-            call_addressed(row_kernels, kind, operands)
-        return addressed
-
-    def inlined(operands, kind, row_kernels):
-        if kind == UNARY_ROWS:
-            reverse_unary_row(operands)
-        elif kind == BINARY_ROWS:
-            reverse_binary_row(operands)
-        elif kind == WHERE_ROWS:
-            reverse_where_row(operands)
-        elif kind == SUM_ROWS:
-            reverse_sum_row(operands)
-        elif kind == REDUCE_ROWS:
-            reverse_reduce_row(operands)
-        elif kind == CUMSUM_ROWS:
-            reverse_cumsum_row(operands)
-        elif kind == TILE_ROWS:
-            reverse_tile_row(operands)
-        elif kind == MAPPED_ROWS:
-            reverse_mapped_row(operands)
-        elif kind == MOVED_ROWS:
-            reverse_moved_row(operands)
-        elif kind == MATMUL_ROWS:
-            reverse_matmul_row(operands)
-        elif kind == SOLVE_ROWS:
-            reverse_solve_row(operands)
-        else:
-            reverse_inv_row(operands)
-    return inlined
+def _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1,
+                         row_kernels):
+    """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs: its
+    family's reverse row kernel, through its address in the table row_kernels. homes: per slot, the address of
+    a value read where it lives instead of in the arena (0: in the arena), or empty (every value in the arena):
+    see value_of. assign0/assign1: input 0's / input 1's rows are first written here and hold no values yet
+    (only the kernels that `sets_first_write` names take them: they set those rows; the caller zeroes the
+    others')."""
+    call_addressed(row_kernels, REVERSE_KERNEL_OF[code[r, oc.OP]],
+                   row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1))
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -476,7 +432,7 @@ def row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, home
 # (one tuple: numba inlines no call with *args).
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_unary_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -489,7 +445,7 @@ def reverse_unary_row(operands):
         unary_reverse(op, x, y, adjoint[go:go + size], adjoint[j0:j0 + n0], p0, p1, assign0)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_binary_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -502,7 +458,7 @@ def reverse_binary_row(operands):
                        adjoint[max(j1, 0):max(j1, 0) + n1 * (j1 >= 0)], j0 >= 0, j1 >= 0, assign0, assign1)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_matmul_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -510,7 +466,7 @@ def reverse_matmul_row(operands):
                    adjoint[max(j1, 0):max(j1, 0) + n1 * (j1 >= 0)], j0 >= 0, j1 >= 0, temps, assign0, assign1)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_solve_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -522,7 +478,7 @@ def reverse_solve_row(operands):
 # run-time True (K > 0), not a literal, so that both sweeps share their compiled code
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_where_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -530,7 +486,7 @@ def reverse_where_row(operands):
                  adjoint[max(j2, 0):max(j2, 0) + size * (j2 >= 0)], j1 >= 0, j2 >= 0, adjoint.shape[1] > 0)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_sum_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -539,7 +495,7 @@ def reverse_sum_row(operands):
                              adjoint.shape[1] > 0, assign0)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_reduce_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -548,7 +504,7 @@ def reverse_reduce_row(operands):
                       adjoint.shape[1] > 0, temps, assign0)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_cumsum_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -557,7 +513,7 @@ def reverse_cumsum_row(operands):
                       iattr[a + 3] != 0, iattr[a + 4] != 0, adjoint.shape[1] > 0, temps)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_tile_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -565,7 +521,7 @@ def reverse_tile_row(operands):
         tile_linear(iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, work, assign0)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_mapped_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -573,7 +529,7 @@ def reverse_mapped_row(operands):
         mapped_linear(op, iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, work, assign0)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_moved_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -581,7 +537,7 @@ def reverse_moved_row(operands):
         moved_linear(op, iattr, a, adjoint[go:go + size], adjoint[j0:j0 + n0], adjoint.shape[1] > 0, assign0)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def reverse_inv_row(operands):
     (op, a, iattr, fattr, work, temps, adjoint, flat, y, x, w, go, j0, j1, j2, size, n0, n1, same, assign0,
      assign1) = operands
@@ -595,10 +551,11 @@ REVERSE_ROW_KERNELS = (reverse_unary_row, reverse_binary_row, reverse_where_row,
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes):
+def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, row_kernels):
     """_reverse_instruction as a function of its own, for the sweeps of other modules (second-order, per example):
-    inlined into their loops, it made the second-order sweep of W10's Hessian-vector product 10% slower."""
-    _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes)
+    inlined into their loops, it made the second-order sweep of W10's Hessian-vector product 10% slower.
+    row_kernels: the table of addressed kernels holding the row's reverse row kernel."""
+    _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, False, False, row_kernels)
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -1,5 +1,6 @@
-"""The kernels forward_sweep, reverse_sweep and replay_sweep call through their addresses, compiled when a Program
-first needs them: the table of addresses those sweeps take (`row_kernels`), filled per Program.
+"""The kernels the forward, reverse, replay, second-order and per-example sweeps call through their addresses,
+compiled when a Program first needs them: the table of addresses those sweeps take (`row_kernels`), filled per
+Program.
 
 numba compiles a function together with everything it calls: a callee's
 machine code is linked into the caller's module, optimised and compiled again
@@ -103,12 +104,13 @@ def forward_kernels(code, slots, iattr, fattr, arena, temps):
                          (SCALAR_ROWS_FORWARD_GROUP, (code, slots, iattr, fattr, arena), [0])])
 
 
-def reverse_kernels(code, slots, iattr, fattr, arena, adjoint, temps, homes):
+def reverse_kernels(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row=False):
     """reverse_sweep's `row_kernels` for these arrays: its scalar loops and the reverse row kernels of the
-    families `code` holds."""
+    families `code` holds; every_row: those of every row (second_order_sweep's, which runs no row inline)."""
     flat = adjoint.reshape(adjoint.size)
     return kernel_table([
-        (REVERSE, (code, slots, iattr, fattr, arena, adjoint, temps, homes), needed_reverse_kernels(code, slots)),
+        (REVERSE, (code, slots, iattr, fattr, arena, adjoint, temps, homes),
+         needed_reverse_kernels(code, slots, every_row)),
         (SCALAR_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat), [0]),
         (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, None), [0])])
 
@@ -146,10 +148,11 @@ def _called_kinds(code, called, kernel_of, count):
     return np.flatnonzero(np.bincount(kernel_of[code[called, oc.OP]], minlength=count)).tolist()
 
 
-def needed_reverse_kernels(code, slots):
+def needed_reverse_kernels(code, slots, every_row=False):
     """The REVERSE_ROW_KERNELS indices whose kernels reverse_sweep may call for `code`: every row's but the
-    elementwise rows of at most SMALL entries (with K > 1 columns too, the sweep runs them inline)."""
-    called = (code[:, oc.OP] > oc.BINARY_LAST) | (slots[code[:, oc.OUT], oc.SIZE] > SMALL)
+    elementwise rows of at most SMALL entries (with K > 1 columns too, the sweep runs them inline); every_row:
+    every row's."""
+    called = (code[:, oc.OP] > oc.BINARY_LAST) | (slots[code[:, oc.OUT], oc.SIZE] > SMALL) | every_row
     return _called_kinds(code, called, REVERSE_KERNEL_OF, len(REVERSE_ROW_KERNELS))
 
 

@@ -257,7 +257,8 @@ def _first_write(code, r, c, slots, written, adjoint_tangent):
 
 
 @njit(cache=True, error_model="numpy")
-def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes, temps):
+def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes, temps,
+                       row_kernels):
     """Accumulate the tangents of the cotangents, last instruction first; returns, per slot, whether
     its rows of adjoint_tangent were written (rows never written hold no values: read them as zeros).
 
@@ -267,7 +268,8 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
     sources' rows end up holding Hessian-times-direction columns. An instruction whose
     output was never written (no second-order term reached it: a loss's linear tail)
     skips its reverse rule, and rows are zeroed only when first written. temps: the kernels' scratch (see
-    interpreter.planned_temps).
+    interpreter.planned_temps); row_kernels: the table of addressed kernels holding the reverse row kernels of
+    every row's family (row_kernels.reverse_kernels with every_row), which run each row's reverse rule.
     """
     code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes, temps = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
@@ -279,7 +281,7 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
         if written[code[r, oc.OUT]]:
             for c in range(oc.IN0, oc.IN2 + 1):
                 _first_write(code, r, c, slots, written, adjoint_tangent)
-            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work, temps, homes)
+            reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint_tangent, work, temps, homes, row_kernels)
         to0, to1 = _second_order_inputs(code[r, oc.OP], code, r)
         if to0:
             _first_write(code, r, oc.IN0, slots, written, adjoint_tangent)
