@@ -143,9 +143,9 @@ def test_a_first_gradient_on_an_empty_cache_compiles_only_its_families_kernels(t
     assert other_families == "[]"
     # the replay: sin, the product and the sum of 40 entries, rows of their own (too short for a fused group)
     assert compiled_by_replay == ("['forward_binary_row', 'forward_sum_row', 'forward_unary_row', "
-                                  "'reverse_binary_row', 'reverse_sum_row', 'reverse_unary_row', 'scalar_rows_forward', "
-                                  "'scalar_rows_reverse', 'scalar_run_forward', 'scalar_run_reverse', "
-                                  "'small_rows_reverse']"), compiled_by_replay
+                                  "'reverse_binary_row', 'reverse_sum_row', 'reverse_unary_row', "
+                                  "'scalar_rows_forward', 'scalar_rows_reverse', 'scalar_run_forward', "
+                                  "'scalar_run_reverse', 'small_rows_reverse']"), compiled_by_replay
     assert other_families_by_replay == "[]"
 
 

@@ -80,8 +80,7 @@ def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work, temps, row_ker
                                                      unowned(arena), unowned(work), unowned(temps))
     r = r0
     while r < r1:
-        r = call_returning(row_kernels[SCALAR_ROWS_FORWARD, 0], row_kernels[SCALAR_ROWS_FORWARD, 1],
-                           ((code, r, r1, slots, iattr, fattr, arena),), 0)
+        r = next_row(row_kernels, SCALAR_ROWS_FORWARD, (code, r, r1, slots, iattr, fattr, arena))
         if r < r1:
             _forward_row(code, r, slots, iattr, fattr, arena, work, temps, row_kernels, temps[:0])
             r += 1
@@ -148,6 +147,12 @@ def call_addressed(row_kernels, index, operands):
     """Run the addressed kernel in row `index` of the table row_kernels (its address and its signature's key:
     row_kernels.kernel_table) over the tuple `operands`."""
     call_at(row_kernels[index, 0], row_kernels[index, 1], (operands,))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def next_row(row_kernels, index, operands):
+    """call_addressed for a scalar loop, which returns the row after those it ran."""
+    return call_returning(row_kernels[index, 0], row_kernels[index, 1], (operands,), 0)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -388,8 +393,8 @@ REVERSE_KINDS = ("unary", "binary", "where", "sum", "reduce", "cumsum", "tile", 
 
 def _kinds_of_opcodes(kinds, own):
     """Per opcode, the index in `kinds` of its row kernel: its name's or its family's in `own`, else its family."""
-    return np.array([kinds.index(own.get(name, own.get(family, family))) for name, family in zip(oc.NAMES, oc.FAMILIES)],
-                    np.int64)
+    return np.array([kinds.index(own.get(name, own.get(family, family)))
+                     for name, family in zip(oc.NAMES, oc.FAMILIES)], np.int64)
 
 
 # per opcode, its reverse row kernel's index (in REVERSE_KINDS, and in the table of addressed kernels)
@@ -628,11 +633,10 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                                    (scalars, r, scalars[r, SC_RUN], iattr, fattr, arena, flat, written))
                     r -= scalars[r, SC_RUN]
                     continue
-            r = call_returning(row_kernels[SCALAR_ROWS_REVERSE, 0], row_kernels[SCALAR_ROWS_REVERSE, 1],
-                               ((code, r, slots, iattr, fattr, arena, flat, written),), 0)
+            r = next_row(row_kernels, SCALAR_ROWS_REVERSE, (code, r, slots, iattr, fattr, arena, flat, written))
             if r >= 0:
-                r = call_returning(row_kernels[SMALL_ROWS_REVERSE, 0], row_kernels[SMALL_ROWS_REVERSE, 1],
-                                   ((code, r, slots, iattr, fattr, arena, flat, written, scalars),), 0)
+                r = next_row(row_kernels, SMALL_ROWS_REVERSE,
+                             (code, r, slots, iattr, fattr, arena, flat, written, scalars))
             if r < 0:
                 break
             if scalars is not None:
