@@ -45,26 +45,15 @@ def _replay_arrays(dtype):
 
 
 def _every_kernel(dtype, groups):
-    """The table of every kernel of `groups` (row_kernels' groups) for the arrays replay_sweep takes
-    (forward_sweep's and reverse_sweep's are of the same types, but reverse_sweep's small rows' scalars: None)."""
-    (code, slots, iattr, fattr, arena, _, step_code, _, adjoint, _, _, _, places, scratch, temps, _, step_places,
-     scalars, step_scalars, kernels, kernel_args) = _replay_arrays(dtype)
-    flat = adjoint.reshape(adjoint.size)
-    arrays = {row_kernels.FORWARD: (code, slots, iattr, fattr, arena, temps),
-              row_kernels.REVERSE: (step_code, slots, iattr, fattr, arena, adjoint, temps, np.zeros(0, np.int64)),
-              row_kernels.FUSED_FORWARD_GROUP: (code, slots, iattr, fattr, arena, places, scratch),
-              row_kernels.FUSED_REVERSE_GROUP: (step_code, slots, iattr, fattr, arena, flat, step_places, scratch,
-                                                step_scalars, kernels, kernel_args),
-              row_kernels.SCALAR_ROWS_FORWARD_GROUP: (code, slots, iattr, fattr, arena),
-              row_kernels.SCALAR_RUN_FORWARD_GROUP: (scalars, iattr, fattr, arena),
-              row_kernels.SCALAR_ROWS_REVERSE_GROUP: (step_code, slots, iattr, fattr, arena, flat),
-              row_kernels.SMALL_ROWS_REVERSE_GROUP: (step_code, slots, iattr, fattr, arena, flat, step_scalars),
-              row_kernels.SCALAR_RUN_REVERSE_GROUP: (step_scalars, iattr, fattr, arena, flat),
-              row_kernels.LOGSUMEXP_FROM_STASH_GROUP: (step_code, slots, iattr, flat, scratch)}
-    needs = [(group, arrays[group], range(len(group.kernels))) for group in groups]
-    if row_kernels.SMALL_ROWS_REVERSE_GROUP in groups:      # reverse_sweep's
-        needs.append((row_kernels.SMALL_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, None), [0]))
-    return [row_kernels.kernel_table([need]) for need in needs]
+    """The tables of every kernel of `groups` (row_kernels' groups) for the arrays replay_sweep takes, and
+    reverse_sweep's (forward_sweep's, second_order_sweep's and per_example_sweep's are of the same types)."""
+    arrays = _replay_arrays(dtype)
+    code, slots, iattr, fattr, arena, adjoint, temps = (arrays[i] for i in (0, 1, 2, 3, 4, 8, 14))
+    needs = (row_kernels.replay_needs(*arrays, every_kernel=True)
+             + row_kernels.reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, np.zeros(0, np.int64),
+                                         every_kernel=True))
+    # a table per need: reverse_sweep's small rows (no scalar runs: None) and the replay's share a table row
+    return [row_kernels.kernel_table([need]) for need in needs if need[0] in groups]
 
 
 def _optimizer_steps(dtype):

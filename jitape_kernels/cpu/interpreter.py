@@ -56,6 +56,15 @@ def small_row(op, n0, size):
     return op == oc.SUM and size == 1 and n0 <= SMALL
 
 
+@njit(cache=True, error_model="numpy")
+def small_rows(code, slots):
+    """Per row of `code`, whether small_row calls it small (the rows whose forward row kernel no sweep calls)."""
+    small = np.empty(code.shape[0], np.bool_)
+    for r in range(code.shape[0]):
+        small[r] = small_row(code[r, oc.OP], slots[code[r, oc.IN0], oc.SIZE], slots[code[r, oc.OUT], oc.SIZE])
+    return small
+
+
 @njit(cache=True, error_model="numpy", inline="always")
 def params(op, iattr, fattr, a):
     if op == oc.CLIP:

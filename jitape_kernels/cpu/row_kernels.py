@@ -31,7 +31,7 @@ from .addressed import plain, signature_key
 from .interpreter import (ADDRESSED_KERNELS, FORWARD_FIRST, FORWARD_KERNEL_OF, FORWARD_ROW_KERNELS, FUSED_FORWARD,
                           FUSED_REVERSE, LOGSUMEXP_FROM_STASH, REVERSE_KERNEL_OF, REVERSE_ROW_KERNELS,
                           SCALAR_ROWS_FORWARD, SCALAR_ROWS_REVERSE, SCALAR_RUN_FORWARD, SCALAR_RUN_REVERSE, SMALL,
-                          SMALL_ROWS_REVERSE, forward_operands, row_operands)
+                          SMALL_ROWS_REVERSE, forward_operands, row_operands, small_rows)
 from .workspace import new_work
 
 try:        # numba's C function typing an argument for its dispatch (~0.2 us), else numba's typeof (~5 us)
@@ -106,29 +106,41 @@ def forward_kernels(code, slots, iattr, fattr, arena, temps):
 
 def reverse_kernels(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row=False):
     """reverse_sweep's `row_kernels` for these arrays: its scalar loops and the reverse row kernels of the
-    families `code` holds; every_row: those of every row (second_order_sweep's, which runs no row inline)."""
+    families `code` holds; every_row: those of every row (the second-order and per-example sweeps', which run
+    no row inline)."""
+    return kernel_table(reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row))
+
+
+def reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row=False, every_kernel=False):
+    """kernel_table's needs for reverse_kernels (every_kernel: every kernel of each group, as the warmup takes)."""
     flat = adjoint.reshape(adjoint.size)
-    return kernel_table([
-        (REVERSE, (code, slots, iattr, fattr, arena, adjoint, temps, homes),
-         needed_reverse_kernels(code, slots, every_row)),
-        (SCALAR_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat), [0]),
-        (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, None), [0])])
+    return [(REVERSE, (code, slots, iattr, fattr, arena, adjoint, temps, homes),
+             _wanted(REVERSE, needed_reverse_kernels(code, slots, every_row), every_kernel)),
+            (SCALAR_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat), [0]),
+            (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, None), [0])]
 
 
 _NO_HOMES = np.zeros(0, np.int64)     # a replay reads every value in its arena
 
 
-def replay_kernels(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
-                   scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args):
-    """replay_sweep's `row_kernels` for its other arguments: its scalar loops, the forward row kernels of the rows
-    of `code` that no fused group holds, fused_forward if there is a group, the reverse row kernels of
-    step_code's rows and fused_reverse if a gradient step has a fused group."""
+def replay_kernels(*arrays):
+    """replay_sweep's `row_kernels` for its other arguments (replay_needs')."""
+    return kernel_table(replay_needs(*arrays))
+
+
+def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
+                 scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args,
+                 every_kernel=False):
+    """kernel_table's needs for replay_sweep's other arguments: its scalar loops, the forward row kernels of the
+    rows of `code` that no fused group holds, fused_forward if there is a group, the reverse row kernels of
+    step_code's rows and fused_reverse if a gradient step has a fused group (every_kernel: every kernel of each
+    group, as the warmup takes)."""
     outside = np.ones(code.shape[0], np.bool_)
     for r in np.flatnonzero(fused > np.arange(fused.size)):
         outside[r:fused[r]] = False
     flat = adjoint.reshape(adjoint.size)
     stashed = ((step_code[:, oc.OP] == oc.LOGSUMEXP) & (step_code[:, oc.STASH] >= 0)).any()     # interpreter._stashes
-    return kernel_table([
+    needs = [
         (FORWARD, (code, slots, iattr, fattr, arena, temps), needed_forward_kernels(code[outside], slots)),
         (REVERSE, (step_code, slots, iattr, fattr, arena, adjoint, temps, _NO_HOMES),
          needed_reverse_kernels(step_code, slots)),
@@ -140,7 +152,13 @@ def replay_kernels(code, slots, iattr, fattr, arena, steps, step_code, moves, ad
         (SCALAR_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat), [0]),
         (SMALL_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, step_scalars), [0]),
         (SCALAR_RUN_REVERSE_GROUP, (step_scalars, iattr, fattr, arena, flat), [0]),
-        (LOGSUMEXP_FROM_STASH_GROUP, (step_code, slots, iattr, flat, scratch), [0] if stashed else [])])
+        (LOGSUMEXP_FROM_STASH_GROUP, (step_code, slots, iattr, flat, scratch), [0] if stashed else [])]
+    return [(group, arrays, _wanted(group, indices, every_kernel)) for group, arrays, indices in needs]
+
+
+def _wanted(group, indices, every_kernel):
+    """`indices`, or every kernel of `group` (every_kernel)."""
+    return range(len(group.kernels)) if every_kernel else indices
 
 
 def _called_kinds(code, called, kernel_of, count):
@@ -159,10 +177,8 @@ def needed_reverse_kernels(code, slots, every_row=False):
 def needed_forward_kernels(code, slots):
     """The FORWARD_ROW_KERNELS indices whose kernels forward_sweep may call for `code`: every row's but those
     interpreter.small_row calls small, which its scalar loop runs."""
-    ops, n0, size = code[:, oc.OP], slots[code[:, oc.IN0], oc.SIZE], slots[code[:, oc.OUT], oc.SIZE]
-    small = np.where(ops <= oc.BINARY_LAST, size <= SMALL,
-                     ((ops == oc.TILE) & (n0 == 1) & (size <= SMALL)) | ((ops == oc.SUM) & (size == 1) & (n0 <= SMALL)))
-    return _called_kinds(code, ~small, FORWARD_KERNEL_OF - FORWARD_FIRST, len(FORWARD_ROW_KERNELS))
+    return _called_kinds(code, ~small_rows(code, slots), FORWARD_KERNEL_OF - FORWARD_FIRST,
+                         len(FORWARD_ROW_KERNELS))
 
 
 _by_kind = {}           # the groups' first rows and their arrays' type keys -> ((group, signature), ...), table
