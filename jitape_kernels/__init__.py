@@ -28,6 +28,7 @@ import llvmlite.binding as ll
 import numba
 from numba import typeof
 from numba.core import caching, codegen, compiler, types
+from numba.core.runtime import rtsys
 
 from . import scipy_blas
 
@@ -213,6 +214,20 @@ class _KernelCache(caching.FunctionCache):
         if _MERGED_SAVES:
             self._cache_file = _KernelCacheFile(self._cache_path, self._impl.filename_base,
                                                 self._impl.locator.get_source_stamp())
+
+    def load_overload(self, sig, target_context):
+        """numba's load, but its refresh of the whole target context: that imports and installs every typing and
+        lowering registry numba has (0.1 s of a process's first gradient), which only a compile uses (numba's
+        compiles refresh it themselves). A load needs the runtime (NRT) that machine code calls, started here."""
+        if not _LIGHT_LOADS:
+            return super().load_overload(sig, target_context)
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+
+# the numba internals _KernelCache.load_overload uses (a numba without them keeps its own load)
+_LIGHT_LOADS = all(hasattr(caching.Cache, name) for name in ("_guard_against_spurious_io_errors", "_load_overload"))
 
 
 # the numba internals _KernelCacheFile.save uses (a numba without them keeps its own cache file)

@@ -92,6 +92,34 @@ print(w[0], type(library).__name__, library._shared_module is not None)
     assert _run(numbas_own_load, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["0.0", "JITCodeLibrary", "True"]
 
 
+def test_a_kernel_loads_from_the_cache_without_numbas_compile_registries(tmp_path):
+    """numba refreshes its whole target context before a cache load (0.1 s of a first gradient): jitape's
+    loads start only the runtime, and a compile afterwards (which refreshes for itself) still works."""
+    compile_and_cache = """
+import numpy as np
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
+sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)
+print(w[0])
+"""
+    assert float(_run(compile_and_cache, JITAPE_CACHE_DIR=str(tmp_path))) == 0.0
+    load = """
+import sys, numba, numpy as np, jitape_kernels
+jitape_kernels._LIGHT_LOADS = %s
+from numba.core.registry import cpu_target
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
+sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)                  # loaded from jitape's cache
+installed = len(cpu_target.target_context._registries)
+compiled = numba.njit(lambda a: a.sum() * 2.0)(np.ones(2))     # a compile after the load
+print(w[0], installed, len(sgd_momentum_step.overloads), compiled)
+"""
+    value, installed, loaded, compiled = _run(load % True, JITAPE_CACHE_DIR=str(tmp_path)).split()
+    assert (float(value), int(installed), int(loaded), float(compiled)) == (0.0, 0, 1, 4.0)
+    value, installed, _, _ = _run(load % False, JITAPE_CACHE_DIR=str(tmp_path)).split()     # numba's own load
+    assert float(value) == 0.0 and int(installed) > 0
+
+
 def _at_once(code, workers, cache):
     """Run `code` in `workers` processes (argv[1]: the worker's number) that start its work at one moment
     (argv[2]: the time.time() to wait for, past their imports); their outputs."""
