@@ -119,11 +119,14 @@ class CPU(Backend):
 
     def reverse(self, program, adjoint, written):
         temps = self._temps(program, adjoint.shape[1])
-        self._kernels.reverse_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint,
-                                    written, program.homes, temps, self._row_kernels(program, adjoint, temps))
+        arrays = (program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written,
+                  program.homes, temps)
+        sweep = self._kernels.reverse_sweep
+        sweep(*arrays, self._row_kernels(program, adjoint, temps, (sweep, arrays)))
 
-    def _row_kernels(self, program, adjoint, temps, every_row=False):
-        """The reverse sweep's row kernel table for `program`'s families (every_row: the second-order sweep's,
+    def _row_kernels(self, program, adjoint, temps, sweep, every_row=False):
+        """The row kernel table of `sweep` (its dispatcher and arguments but the table: compiled side by side with
+        the kernels where the cache lacks them) for `program`'s families (every_row: the second-order sweep's,
         which calls one for every row), planned once per Program (its memo; the sweep's arrays have one type per
         dtype, and the sweep checks it)."""
         key = "row kernels", every_row
@@ -131,7 +134,7 @@ class CPU(Backend):
         if table is None:
             table = program.memo[key] = self._kernels.reverse_kernels(
                 program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, temps,
-                program.homes, every_row)
+                program.homes, every_row, sweep)
         return table
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
@@ -141,9 +144,10 @@ class CPU(Backend):
 
     def second_order(self, program, adjoint, tangent, adjoint_tangent, seeded):
         temps = self._temps(program, tangent.shape[1])
-        return self._kernels.second_order_sweep(program.code, program.slots, program.iattr, program.fattr,
-                                                program.arena, adjoint, tangent, adjoint_tangent, seeded, program.homes,
-                                                temps, self._row_kernels(program, adjoint_tangent, temps, True))
+        arrays = (program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, tangent,
+                  adjoint_tangent, seeded, program.homes, temps)
+        sweep = self._kernels.second_order_sweep
+        return sweep(*arrays, self._row_kernels(program, adjoint_tangent, temps, (sweep, arrays), True))
 
     def row_mixing(self, program, batch, seeded):
         return self._kernels.first_row_mixing(program.code, program.slots, program.iattr, batch, seeded,
@@ -157,14 +161,16 @@ class CPU(Backend):
         temps = workspace.scratch(self._kernels.per_example_temps(code, modes, program.slots, program.iattr,
                                                                   param_adjoint.shape[1]), program.arena.dtype)
         # the per-example plan is one per (Program, batch): so is its table
+        arrays = (code, modes, layouts, program.slots, program.iattr, program.fattr, program.arena, row_adjoint,
+                  param_adjoint, program.homes, temps)
+        sweep = self._kernels.per_example_sweep
         key = "per-example row kernels", param_adjoint.shape[1]
         table = program.memo.get(key)
         if table is None:
             table = program.memo[key] = self._kernels.reverse_kernels(
                 code, program.slots, program.iattr, program.fattr, program.arena, row_adjoint, temps, program.homes,
-                True)
-        self._kernels.per_example_sweep(code, modes, layouts, program.slots, program.iattr, program.fattr,
-                                        program.arena, row_adjoint, param_adjoint, program.homes, temps, table)
+                True, (sweep, arrays))
+        sweep(*arrays, table)
 
 
 def _compiled_for(dispatcher, arrays):

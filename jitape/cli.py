@@ -18,7 +18,7 @@ from pathlib import Path
 import jitape as jt
 import jitape_kernels
 from jitape import demo as examples
-from jitape_kernels import cpu
+from jitape_kernels import cpu, parallel_compile
 
 _PERF_RUNNER = Path(__file__).resolve().parent.parent / "perf" / "run.py"
 
@@ -91,22 +91,17 @@ def _progress(done, total, label, stream, width=30):
 WARMUP_JOBS = 4
 
 
-def _cores():
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def warmup(args):
     # numba compiles on one thread, so the steps run in worker processes; each saves what it compiles to the
     # shared disk cache (jitape_kernels._KernelCacheFile), where the others find it
     steps = cpu.warmup_steps()
-    jobs = min(args.jobs or min(_cores(), WARMUP_JOBS), len(steps))
+    jobs = min(args.jobs or min(parallel_compile.cores(), WARMUP_JOBS), len(steps))
     start = time.perf_counter()
     _progress(0, len(steps), f"compiling on {jobs} {'core' if jobs == 1 else 'cores'}", sys.stderr)
     if jobs == 1:
-        for done, (name, compile_step) in enumerate(steps, 1):
-            compile_step()
-            _progress(done, len(steps), f"compiled {name}", sys.stderr)
+        for index, (name, _) in enumerate(steps):
+            _warmup_step(index)
+            _progress(index + 1, len(steps), f"compiled {name}", sys.stderr)
     else:
         # leaving the pool (done, Ctrl-C, a failed step) terminates its workers: no wait for compiles under way
         with _worker_pool(jobs) as pool:
@@ -124,7 +119,9 @@ def _worker_pool(jobs):
 
 
 def _warmup_step(index):
-    cpu.run_warmup_step(index)
+    # the steps run side by side already: none hands its kernels to compile workers of its own
+    with parallel_compile.alone():
+        cpu.run_warmup_step(index)
     return index
 
 

@@ -226,8 +226,23 @@ class _KernelCache(caching.FunctionCache):
             return self._load_overload(sig, target_context)
 
 
+    def holds(self, signature, codegen):
+        """Whether a compile for `signature` (a tuple of argument types) by `codegen` (this machine's) is saved
+        (read from the index: nothing loaded)."""
+        return self._index_key(signature, codegen) in self._cache_file._load_index()
+
+
+def cache_lacks(dispatcher, signature):
+    """Whether `dispatcher` (a kernel of this package's njit) saves its compiles to this package's cache and the
+    cache holds none for `signature` (a tuple of argument types) on this machine."""
+    cache = getattr(dispatcher, "_cache", None)
+    return isinstance(cache, _KernelCache) and _PROBES and not cache.holds(signature, dispatcher.targetctx.codegen())
+
+
 # the numba internals _KernelCache.load_overload uses (a numba without them keeps its own load)
 _LIGHT_LOADS = all(hasattr(caching.Cache, name) for name in ("_guard_against_spurious_io_errors", "_load_overload"))
+# and those _KernelCache.holds uses (a numba without them: cache_lacks answers False, kernels compile where needed)
+_PROBES = hasattr(caching.Cache, "_index_key") and hasattr(caching.IndexDataCacheFile, "_load_index")
 
 
 # the numba internals _KernelCacheFile.save uses (a numba without them keeps its own cache file)

@@ -27,11 +27,12 @@ import numpy as np
 from numba import typeof, types
 
 from .. import opcodes as oc
+from ..parallel_compile import ready
 from .addressed import plain, signature_key
 from .interpreter import (ADDRESSED_KERNELS, FORWARD_FIRST, FORWARD_KERNEL_OF, FORWARD_ROW_KERNELS, FUSED_FORWARD,
                           FUSED_REVERSE, LOGSUMEXP_FROM_STASH, REVERSE_KERNEL_OF, REVERSE_ROW_KERNELS,
                           SCALAR_ROWS_FORWARD, SCALAR_ROWS_REVERSE, SCALAR_RUN_FORWARD, SCALAR_RUN_REVERSE, SMALL,
-                          SMALL_ROWS_REVERSE, forward_operands, row_operands, small_rows)
+                          SMALL_ROWS_REVERSE, forward_operands, replay_sweep, row_operands, small_rows)
 from .workspace import new_work
 
 try:        # numba's C function typing an argument for its dispatch (~0.2 us), else numba's typeof (~5 us)
@@ -97,18 +98,18 @@ LOGSUMEXP_FROM_STASH_GROUP = _single(LOGSUMEXP_FROM_STASH, lambda code, slots, i
     code, _ROW, slots, iattr, flat, _WRITTEN, scratch))
 
 
-def forward_kernels(code, slots, iattr, fattr, arena, temps):
+def forward_kernels(code, slots, iattr, fattr, arena, temps, sweep=None):
     """forward_sweep's `row_kernels` for these arrays: its scalar loop and the forward row kernels of the families
-    `code` holds."""
+    `code` holds (sweep: see kernel_table)."""
     return kernel_table([(FORWARD, (code, slots, iattr, fattr, arena, temps), needed_forward_kernels(code, slots)),
-                         (SCALAR_ROWS_FORWARD_GROUP, (code, slots, iattr, fattr, arena), [0])])
+                         (SCALAR_ROWS_FORWARD_GROUP, (code, slots, iattr, fattr, arena), [0])], sweep)
 
 
-def reverse_kernels(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row=False):
+def reverse_kernels(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row=False, sweep=None):
     """reverse_sweep's `row_kernels` for these arrays: its scalar loops and the reverse row kernels of the
     families `code` holds; every_row: those of every row (the second-order and per-example sweeps', which run
-    no row inline)."""
-    return kernel_table(reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row))
+    no row inline); sweep: see kernel_table."""
+    return kernel_table(reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row), sweep)
 
 
 def reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_row=False, every_kernel=False):
@@ -124,8 +125,9 @@ _NO_HOMES = np.zeros(0, np.int64)     # a replay reads every value in its arena
 
 
 def replay_kernels(*arrays):
-    """replay_sweep's `row_kernels` for its other arguments (replay_needs')."""
-    return kernel_table(replay_needs(*arrays))
+    """replay_sweep's `row_kernels` for its other arguments (replay_needs'), compiled side by side with
+    replay_sweep itself where the cache lacks them."""
+    return kernel_table(replay_needs(*arrays), (replay_sweep, arrays))
 
 
 def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
@@ -185,11 +187,13 @@ _by_kind = {}           # the groups' first rows and their arrays' type keys -> 
 _lock = threading.Lock()
 
 
-def kernel_table(needs):
+def kernel_table(needs, sweep=None):
     """The table of addressed kernels (interpreter.ADDRESSED_KERNELS' rows: address, signature key) of a sweep,
     with the kernels `needs` names compiled (or loaded from the cache) for its arrays' types: needs, (group, the
     arrays its `outer` takes, kernel indices within the group) per group the sweep calls. A table per kind of
-    arrays, its addresses filled as Programs need them; the rows of other groups keep key 0 (a call raises)."""
+    arrays, its addresses filled as Programs need them; the rows of other groups keep key 0 (a call raises).
+    sweep: (the sweep's dispatcher, its arguments but the table), compiled with the kernels, side by side where
+    the cache lacks them (parallel_compile), when the table lacks one of them."""
     kind = tuple((group.first, tuple(map(_type_key, arrays))) for group, arrays, _ in needs)
     found = _by_kind.get(kind)
     if found is None:
@@ -202,6 +206,11 @@ def kernel_table(needs):
     wanted = [(group, signature, k) for (group, signature), (_, _, indices) in zip(signed, needs) for k in indices]
     if not all([table[group.first + k, 0] for group, _, k in wanted]):
         with _lock:
+            pairs = [(group.kernels[k], signature) for group, signature, k in wanted if not table[group.first + k, 0]]
+            if sweep is not None:       # first: the longest compile
+                dispatcher, arguments = sweep
+                pairs.insert(0, (dispatcher, tuple(map(dispatcher.typeof_pyval, (*arguments, table)))))
+            ready(pairs)
             for group, signature, k in wanted:
                 if not table[group.first + k, 0]:
                     table[group.first + k, 0] = _address(group.kernels[k], signature, group.returns)

@@ -1,0 +1,129 @@
+"""Kernels a process needs and the cache lacks, compiled side by side in worker processes.
+
+A cold first gradient compiled its sweep and its row kernels one after another on
+one core, although they are independent functions (the sweeps call the row
+kernels by address: cpu/row_kernels.py). When more than one is missing from the
+cache, `ready` hands them to up to `jobs()` worker processes, the first given
+first and each next one to the worker that finishes first. A worker compiles and
+saves to the shared cache (jitape_kernels._KernelCacheFile), and this process then
+loads what it compiled. The workers are Pythons started with `-c`, not
+multiprocessing's: its spawn imports the user's __main__ again.
+
+Every kernel is finally compiled or loaded here (numba's Dispatcher.compile): where
+a worker failed or could not start, this process compiles what it left, so a
+worker costs time at worst, never a result.
+"""
+import contextlib
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from . import cache_dir, cache_lacks
+
+# workers at most: each holds a numba compiler (~0.3-1 GB); the kernels of one sweep are rarely more than a dozen
+MAX_JOBS = 4
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+_SERVE = "from jitape_kernels.parallel_compile import serve; serve()"
+
+
+def cores():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+_alone = threading.local()
+
+
+@contextlib.contextmanager
+def alone():
+    """Within it, this thread compiles what it needs itself (jobs() is 1): a `jitape warmup` step's, which run side
+    by side already."""
+    before = getattr(_alone, "depth", 0)
+    _alone.depth = before + 1
+    try:
+        yield
+    finally:
+        _alone.depth = before
+
+
+def jobs():
+    """How many processes compile side by side: 1 within alone(), else JITAPE_COMPILE_JOBS if set (1: this
+    process compiles alone), else this process's cores, at most MAX_JOBS."""
+    if getattr(_alone, "depth", 0):
+        return 1
+    setting = os.environ.get("JITAPE_COMPILE_JOBS")
+    return max(1, int(setting)) if setting else min(cores(), MAX_JOBS)
+
+
+def ready(pairs):
+    """Compile or load every (dispatcher, signature) of `pairs` (a signature: the tuple of argument types numba
+    dispatches on) in this process; those neither compiled here yet nor in the cache, when more than one and
+    jobs() > 1, compiled by worker processes first."""
+    pairs = [(d, tuple(s)) for d, s in pairs if hasattr(d, "compile")]     # not with NUMBA_DISABLE_JIT
+    missing = [(d, s) for d, s in pairs if s not in d.overloads and cache_lacks(d, s) and _importable(d)]
+    workers = min(jobs(), len(missing))
+    if workers > 1 and sys.executable:
+        _compile_in_workers(missing, workers)
+    for dispatcher, signature in pairs:
+        dispatcher.compile(signature)
+
+
+def _importable(dispatcher):
+    """Whether a worker finds `dispatcher` by its module and name (the generated kernels it does not)."""
+    module = sys.modules.get(dispatcher.py_func.__module__)
+    return module is not None and module.__name__.startswith("jitape_kernels") and getattr(
+        module, dispatcher.__name__, None) is dispatcher
+
+
+def _compile_in_workers(missing, workers):
+    tasks = queue.SimpleQueue()
+    for dispatcher, signature in missing:
+        tasks.put((dispatcher.py_func.__module__, dispatcher.__name__, signature))
+    environment = dict(os.environ, JITAPE_CACHE_DIR=str(Path(cache_dir()).parent),
+                       PYTHONPATH=os.pathsep.join([_PACKAGE_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    threads = [threading.Thread(target=_feed, args=(tasks, environment), daemon=True) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _feed(tasks, environment):
+    """One worker's life: started, handed tasks one at a time until none is left (or it ends), then stopped."""
+    try:
+        with subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=environment) as worker:
+            while True:
+                try:
+                    task = tasks.get_nowait()
+                except queue.Empty:
+                    break
+                pickle.dump(task, worker.stdin)
+                worker.stdin.flush()
+                if not worker.stdout.read(1):       # it ended: what it leaves compiles in ready()
+                    break
+            worker.stdin.close()
+    except OSError:                                 # no worker: ready() compiles everything
+        pass
+
+
+def serve():
+    """A worker process: compile each (module, function name, signature) read from stdin, answering one byte
+    when done (b"!" where the compile failed: ready() then compiles it and raises what numba raises)."""
+    import importlib
+    read, answer = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            module, name, signature = pickle.load(read)
+        except EOFError:
+            return
+        try:
+            getattr(importlib.import_module(module), name).compile(signature)
+            answer.write(b".")
+        except Exception:
+            answer.write(b"!")
+        answer.flush()

@@ -1,0 +1,74 @@
+"""jitape_kernels/parallel_compile.py: kernels the cache lacks compile in worker processes, side by side, and load
+here; a worker that fails or cannot start costs time, never a result; a warmup step compiles alone."""
+import os
+import pickle
+import subprocess
+import sys
+
+from numba import types
+
+from jitape_kernels import parallel_compile
+
+_TWO_KERNELS = """
+import sys, numpy as np
+from jitape_kernels import parallel_compile
+from jitape_kernels.cpu.optimizers import adam_step, sgd_momentum_step
+parallel_compile._SERVE = sys.argv[1]
+v = np.zeros(3)
+sgd = (sgd_momentum_step, tuple(map(sgd_momentum_step.typeof_pyval, (v, v, v, 0.5, 0.0, False, v))))
+adam = (adam_step, tuple(map(adam_step.typeof_pyval, (v, v, v, v, v, 0.1, 0.9, 0.999, 1e-7, v))))
+parallel_compile.ready([sgd, adam])
+w, g, m = np.ones(3), np.full(3, 2.0), np.zeros(3)
+sgd_momentum_step(w, g, m, 0.5, 0.0, False, w)
+# a kernel loaded from the cache holds a library of jitape's lazily linked kind; one compiled here numba's own
+kinds = [type(next(iter(k.overloads.values())).library).__name__ for k in (sgd_momentum_step, adam_step)]
+print(w[0], *kinds)
+"""
+
+
+def _run(tmp_path, serve=parallel_compile._SERVE, **env):
+    environment = dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path), **env)
+    result = subprocess.run([sys.executable, "-c", _TWO_KERNELS, serve], env=environment, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    value, *kinds = result.stdout.split()
+    assert float(value) == 0.0          # 1 - 0.5 * 2: the kernel runs, whoever compiled it
+    return kinds
+
+
+def test_kernels_the_cache_lacks_compile_in_workers_and_load_here(tmp_path):
+    assert _run(tmp_path, JITAPE_COMPILE_JOBS="2") == ["_LazilyLinked", "_LazilyLinked"]
+    # a second process finds both in the cache: nothing to compile, no worker
+    assert _run(tmp_path, serve="raise SystemExit(3)", JITAPE_COMPILE_JOBS="2") == ["_LazilyLinked"] * 2
+
+
+def test_one_process_compiles_alone_with_one_job(tmp_path):
+    assert _run(tmp_path, JITAPE_COMPILE_JOBS="1") == ["JITCodeLibrary", "JITCodeLibrary"]
+
+
+def test_a_worker_that_ends_leaves_its_kernels_to_this_process(tmp_path):
+    assert _run(tmp_path, serve="raise SystemExit(3)", JITAPE_COMPILE_JOBS="2") == ["JITCodeLibrary"] * 2
+
+
+def test_a_worker_whose_compile_fails_answers_and_goes_on(tmp_path):
+    # a signature numba cannot compile, then one it can: the worker answers "!" and "."
+    v = types.float64[::1]
+    tasks = b"".join(pickle.dumps(("jitape_kernels.cpu.optimizers", "sgd_momentum_step", signature)) for signature in
+                     [(types.unicode_type,), (v, v, v, types.float64, types.float64, types.boolean, v)])
+    result = subprocess.run([sys.executable, "-c", parallel_compile._SERVE], input=tasks, capture_output=True,
+                            timeout=600, env=dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"!."
+
+
+def test_jobs_follow_the_setting_and_a_warmup_step_compiles_alone(monkeypatch):
+    monkeypatch.setenv("JITAPE_COMPILE_JOBS", "3")
+    assert parallel_compile.jobs() == 3
+    with parallel_compile.alone():
+        assert parallel_compile.jobs() == 1
+        with parallel_compile.alone():
+            assert parallel_compile.jobs() == 1
+        assert parallel_compile.jobs() == 1
+    assert parallel_compile.jobs() == 3
+    monkeypatch.delenv("JITAPE_COMPILE_JOBS")
+    assert parallel_compile.jobs() == min(parallel_compile.cores(), parallel_compile.MAX_JOBS)
