@@ -51,15 +51,19 @@ def test_the_cache_directory_is_stamped_with_the_kernel_sources():
     assert Path(jitape_kernels.cache_dir()).name.startswith("numba-")
 
 
-def test_a_loaded_kernel_parses_its_bitcode_only_when_a_compile_links_it(tmp_path):
-    compile_and_cache = """
+def _compile_and_cache(cache):
+    """Compile a small kernel in a process of its own, with `cache` as jitape's cache directory."""
+    code = """
 import numpy as np
 from jitape_kernels.cpu.optimizers import sgd_momentum_step
 w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
 sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)
 print(w[0])
 """
-    assert float(_run(compile_and_cache, JITAPE_CACHE_DIR=str(tmp_path))) == 0.0
+    assert float(_run(code, JITAPE_CACHE_DIR=str(cache))) == 0.0
+
+def test_a_loaded_kernel_parses_its_bitcode_only_when_a_compile_links_it(tmp_path):
+    _compile_and_cache(tmp_path)
     load_then_link = """
 import numba, numpy as np
 from jitape_kernels.cpu.optimizers import sgd_momentum_step
@@ -95,16 +99,9 @@ print(w[0], type(library).__name__, library._shared_module is not None)
 def test_a_kernel_loads_from_the_cache_without_numbas_compile_registries(tmp_path):
     """numba refreshes its whole target context before a cache load (0.1 s of a first gradient): jitape's
     loads start only the runtime, and a compile afterwards (which refreshes for itself) still works."""
-    compile_and_cache = """
-import numpy as np
-from jitape_kernels.cpu.optimizers import sgd_momentum_step
-w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
-sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)
-print(w[0])
-"""
-    assert float(_run(compile_and_cache, JITAPE_CACHE_DIR=str(tmp_path))) == 0.0
+    _compile_and_cache(tmp_path)
     load = """
-import sys, numba, numpy as np, jitape_kernels
+import numba, numpy as np, jitape_kernels
 jitape_kernels._LIGHT_LOADS = %s
 from numba.core.registry import cpu_target
 from jitape_kernels.cpu.optimizers import sgd_momentum_step
