@@ -119,35 +119,29 @@ class CPU(Backend):
 
     def reverse(self, program, adjoint, written):
         temps = self._temps(program, adjoint.shape[1])
-        arrays = (program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written,
-                  program.homes, temps)
-        sweep = self._kernels.reverse_sweep
-        sweep(*arrays, self._row_kernels(program, adjoint, temps, (sweep, arrays)))
-
-    def _row_kernels(self, program, adjoint, temps, sweep, every_row=False):
-        """The row kernel table of `sweep` (its dispatcher and arguments but the table: compiled side by side with
-        the kernels where the cache lacks them) for `program`'s families (every_row: the second-order sweep's,
-        which calls one for every row), planned once per Program (its memo; the sweep's arrays have one type per
-        dtype, and the sweep checks it)."""
-        key = "row kernels", every_row
-        table = program.memo.get(key)
-        if table is None:
-            table = program.memo[key] = self._kernels.reverse_kernels(
-                program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, temps,
-                program.homes, every_row, sweep)
-        return table
+        k = self._kernels
+        return _with_table(program, "row kernels", k.reverse_sweep, (
+            program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written, program.homes,
+            temps), lambda sweep: k.reverse_kernels(program.code, program.slots, program.iattr, program.fattr,
+                                                    program.arena, adjoint, temps, program.homes, False, sweep))
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
-        self._kernels.tangent_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena, tangent,
-                                    seeded, seed_row, seed_start, target, program.homes,
-                                    self._temps(program, tangent.shape[1]))
+        temps = self._temps(program, tangent.shape[1])
+        k = self._kernels
+        return _with_table(program, "tangent kernels", k.tangent_sweep, (
+            program.code, program.slots, program.iattr, program.fattr, program.arena, tangent, seeded, seed_row,
+            seed_start, target, program.homes, temps), lambda sweep: k.tangent_kernels(
+                program.code, program.slots, program.iattr, program.fattr, program.arena, tangent, temps,
+                program.homes, sweep))
 
     def second_order(self, program, adjoint, tangent, adjoint_tangent, seeded):
         temps = self._temps(program, tangent.shape[1])
-        arrays = (program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, tangent,
-                  adjoint_tangent, seeded, program.homes, temps)
-        sweep = self._kernels.second_order_sweep
-        return sweep(*arrays, self._row_kernels(program, adjoint_tangent, temps, (sweep, arrays), True))
+        k = self._kernels
+        return _with_table(program, "second-order kernels", k.second_order_sweep, (
+            program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, tangent,
+            adjoint_tangent, seeded, program.homes, temps), lambda sweep: k.second_order_kernels(
+                program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, tangent,
+                adjoint_tangent, temps, program.homes, sweep))
 
     def row_mixing(self, program, batch, seeded):
         return self._kernels.first_row_mixing(program.code, program.slots, program.iattr, batch, seeded,
@@ -161,16 +155,22 @@ class CPU(Backend):
         temps = workspace.scratch(self._kernels.per_example_temps(code, modes, program.slots, program.iattr,
                                                                   param_adjoint.shape[1]), program.arena.dtype)
         # the per-example plan is one per (Program, batch): so is its table
-        arrays = (code, modes, layouts, program.slots, program.iattr, program.fattr, program.arena, row_adjoint,
-                  param_adjoint, program.homes, temps)
-        sweep = self._kernels.per_example_sweep
-        key = "per-example row kernels", param_adjoint.shape[1]
-        table = program.memo.get(key)
-        if table is None:
-            table = program.memo[key] = self._kernels.reverse_kernels(
+        k = self._kernels
+        _with_table(program, ("per-example row kernels", param_adjoint.shape[1]), k.per_example_sweep, (
+            code, modes, layouts, program.slots, program.iattr, program.fattr, program.arena, row_adjoint,
+            param_adjoint, program.homes, temps), lambda sweep: k.reverse_kernels(
                 code, program.slots, program.iattr, program.fattr, program.arena, row_adjoint, temps, program.homes,
-                True, (sweep, arrays))
-        sweep(*arrays, table)
+                True, sweep))
+
+
+def _with_table(program, key, sweep, arrays, table_of):
+    """sweep(*arrays, its table of addressed kernels): the table made once per Program (its memo, under `key`; the
+    sweep's arrays have one type per dtype, and the sweep checks it) by table_of((sweep, arrays)), which compiles
+    the sweep with the table's kernels, side by side where the cache lacks them."""
+    table = program.memo.get(key)
+    if table is None:
+        table = program.memo[key] = table_of((sweep, arrays))
+    return sweep(*arrays, table)
 
 
 def _compiled_for(dispatcher, arrays):

@@ -1,6 +1,7 @@
-"""jitape_kernels.cpu.row_kernels: the sweeps' row kernels (forward and reverse) and fused groups' block kernels are
-compiled for the families a Program uses, once per signature, and called through a table the sweep checks; a new
-user's first gradient compiles no other family's kernels, and no sweep links them."""
+"""jitape_kernels.cpu.row_kernels: the sweeps' row kernels (forward, reverse, tangent and second-order) and fused
+groups' block kernels are compiled for the families a Program uses, once per signature, and called through a table
+the sweep checks; a new user's first gradient or Hessian compiles no other family's kernels, and no sweep links
+them."""
 import os
 import subprocess
 import sys
@@ -55,12 +56,25 @@ def test_a_program_needs_the_forward_row_kernels_of_the_rows_the_sweep_does_not_
 @pytest.mark.parametrize("kernels, kinds, kernel_of, direction", [
     (REVERSE_ROW_KERNELS, REVERSE_KINDS, lambda: interpreter.REVERSE_KERNEL_OF, "reverse"),
     (FORWARD_ROW_KERNELS, FORWARD_KINDS, lambda: interpreter.FORWARD_KERNEL_OF - interpreter.FORWARD_FIRST,
-     "forward")])
+     "forward"),
+    (tangents.TANGENT_ROW_KERNELS, REVERSE_KINDS, lambda: tangents.TANGENT_KERNEL_OF - tangents.TANGENT_FIRST,
+     "tangent")])
 def test_every_opcode_has_a_row_kernel_of_its_family(kernels, kinds, kernel_of, direction):
     assert [kernel.__name__ for kernel in kernels] == [f"{direction}_{kind}_row" for kind in kinds]
     for name, family, kind in zip(oc.NAMES, oc.FAMILIES, [kinds[k] for k in kernel_of()]):
         assert kind in (name, family) or (family, kind) == ("compare", "binary"), (name, kind)
 
+
+def test_the_second_order_row_kernels_are_those_of_the_families_with_second_order_terms():
+    kinds = tangents.SECOND_ORDER_KINDS
+    assert [k.__name__ for k in tangents.SECOND_ORDER_ROW_KERNELS] == [f"second_{kind}_row" for kind in kinds]
+    for name, family, row in zip(oc.NAMES, oc.FAMILIES, tangents.SECOND_ORDER_KERNEL_OF):
+        kind = kinds[row - tangents.SECOND_ORDER_FIRST] if row >= 0 else None
+        linear = family in ("where", "cumsum", "mapped", "moved") or name in ("sum", "max", "min")
+        assert kind == (None if linear else "binary" if family == "compare" else family), name
+    assert row_kernels.KERNELS == (ADDRESSED_KERNELS + tangents.TANGENT_ROW_KERNELS
+                                   + tangents.SECOND_ORDER_ROW_KERNELS)
+    assert tangents.SECOND_ORDER_FIRST == len(ADDRESSED_KERNELS) + len(tangents.TANGENT_ROW_KERNELS)
 
 def _table(dtype, group, kernels):
     arrays = cpu._replay_arrays(dtype)
@@ -73,7 +87,7 @@ def _table(dtype, group, kernels):
 def test_a_table_holds_the_addresses_asked_for_and_grows_for_later_programs(monkeypatch):
     monkeypatch.setattr(row_kernels, "_by_kind", {})       # no table the tests before filled
     table = _table(np.float64, REVERSE, [UNARY_ROWS])
-    assert table.shape == (len(ADDRESSED_KERNELS), 2) and table[UNARY_ROWS, 0] != 0
+    assert table.shape == (len(row_kernels.KERNELS), 2) and table[UNARY_ROWS, 0] != 0
     assert table[SUM_ROWS, 0] == 0 and table[SUM_ROWS, 1] == table[UNARY_ROWS, 1] != 0
     assert (table[len(REVERSE_ROW_KERNELS):] == 0).all()          # the other groups' rows: no key, no address
     grown = _table(np.float64, REVERSE, [SUM_ROWS])
@@ -134,7 +148,8 @@ print(sorted(f.__name__ for f in (shape.mapped_linear, reduction.reduce_linear, 
 
 
 def test_a_first_gradient_on_an_empty_cache_compiles_only_its_families_kernels(tmp_path):
-    environment = dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path))
+    # compiled in this process (no workers), so the callees it compiles show too
+    environment = dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path), JITAPE_COMPILE_JOBS="1")
     result = subprocess.run([sys.executable, "-c", _FIRST_GRADIENT], env=environment, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr
@@ -148,6 +163,31 @@ def test_a_first_gradient_on_an_empty_cache_compiles_only_its_families_kernels(t
                                   "'scalar_run_reverse', 'small_rows_reverse']"), compiled_by_replay
     assert other_families_by_replay == "[]"
 
+
+_FIRST_HESSIAN = """
+import numpy as np
+import jitape as jt
+from jitape_kernels.cpu import row_kernels
+x = jt.constant(np.linspace(0.0, 1.0, 40))
+with jt.GradientTape(persistent=True) as tape:
+    tape.watch(x)
+    y = jt.reduce_sum(jt.sin(x) * x)
+h = tape.hessian(y, x).numpy()
+np.testing.assert_allclose(h, np.diag(2 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy())), rtol=1e-6, atol=1e-12)
+print(sorted(k.__name__ for k in row_kernels.KERNELS if k.signatures))
+"""
+
+
+def test_a_first_hessian_on_an_empty_cache_compiles_only_its_families_kernels_side_by_side(tmp_path):
+    environment = dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path), JITAPE_COMPILE_JOBS="2")
+    result = subprocess.run([sys.executable, "-c", _FIRST_HESSIAN], env=environment, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    # the product and the sum in the reverse sweep; every row's reverse, tangent and second-order kernels after it
+    assert result.stdout.strip() == ("['reverse_binary_row', 'reverse_sum_row', 'reverse_unary_row', "
+                                     "'scalar_rows_reverse', 'second_binary_row', 'second_unary_row', "
+                                     "'small_rows_reverse', 'tangent_binary_row', 'tangent_sum_row', "
+                                     "'tangent_unary_row']")
 
 def _defined_functions(dispatcher):
     """The names of the functions the module of `dispatcher`'s first compiled signature defines (numba links a
@@ -174,21 +214,22 @@ def test_the_sweeps_link_no_row_kernel():
     cpu.forward_sweep(program.code, program.slots, program.iattr, program.fattr, program.arena.copy(), temps,
                       cpu.forward_kernels(program.code, program.slots, program.iattr, program.fattr, program.arena,
                                           temps))
-    kernels_and_theirs = [kernel.__name__ for kernel in ADDRESSED_KERNELS] + [
+    kernels_and_theirs = [kernel.__name__ for kernel in row_kernels.KERNELS] + [
         "mapped_linear", "matmul_reverse", "reduce_linear", "solve_reverse", "inv_reverse", "cumsum_linear",
         "unary_forward", "binary_forward", "where_forward", "reduce_forward", "mapped_forward", "moved_forward",
         "matmul_forward", "solve_forward", "inv_forward", "logsumexp_forward", "unary_reverse_1d",
-        "broadcast_block"]
+        "broadcast_block", "binary_tangent", "matmul_tangent", "solve_tangent", "inv_tangent", "unary_second",
+        "binary_second", "reduce_second", "matmul_second", "solve_second", "inv_second"]
     steps = dict(cpu.warmup_steps())
+    steps["tangent_sweep[float64]"]()
     steps["second_order_sweep[float64]"]()
     steps["per_example_sweep[float64]"]()
     for sweep in (interpreter.forward_sweep, interpreter.reverse_sweep, interpreter.replay_sweep,
-                  tangents.second_order_sweep, batch.per_example_sweep):
+                  tangents.tangent_sweep, tangents.second_order_sweep, batch.per_example_sweep):
         defined = _defined_functions(sweep)
-        # the sweeps' own rules that call a reverse rule: the second-order terms of SOLVE and INV
-        # (linalg.solve_second, inv_second), the per-example sweep's junctions of a MATMUL with a parameter
-        own = {tangents.second_order_sweep: ("solve_reverse", "inv_reverse"),
-               batch.per_example_sweep: ("matmul_reverse",)}.get(sweep, ())
+        # the sweeps' own rules that call a reverse rule: the per-example sweep's junctions of a MATMUL with a
+        # parameter
+        own = {batch.per_example_sweep: ("matmul_reverse",)}.get(sweep, ())
         theirs = [name for name in kernels_and_theirs if name not in own]
         assert not [name for name in theirs if any(_mangled(name) in f for f in defined)], sweep
     assert any(_mangled("matmul_reverse") in f for f in _defined_functions(interpreter.reverse_matmul_row))

@@ -13,12 +13,13 @@ from .fusion import KERNEL_COLUMNS, GroupKernels
 from .optimizers import adam_step, sgd_momentum_step
 from .reduction import short_row_sums
 from . import row_kernels
-from .row_kernels import empty_table, forward_kernels, replay_kernels, reverse_kernels
+from .row_kernels import (empty_table, forward_kernels, replay_kernels, reverse_kernels, second_order_kernels,
+                          tangent_kernels)
 
 __all__ = ["GroupKernels", "derivative_plan", "first_row_mixing", "forward_kernels", "forward_sweep", "new_temps",
            "per_example_plan", "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_kernels",
-           "replay_sweep", "reverse_kernels", "reverse_sweep", "run_warmup_step", "second_order_sweep",
-           "tangent_sweep", "warmup_steps"]
+           "replay_sweep", "reverse_kernels", "reverse_sweep", "run_warmup_step", "second_order_kernels",
+           "second_order_sweep", "tangent_kernels", "tangent_sweep", "warmup_steps"]
 
 
 def new_temps(code, iattr, columns, dtype):
@@ -46,12 +47,16 @@ def _replay_arrays(dtype):
 
 def _every_kernel(dtype, groups):
     """The tables of every kernel of `groups` (row_kernels' groups) for the arrays replay_sweep takes, and
-    reverse_sweep's (forward_sweep's, second_order_sweep's and per_example_sweep's are of the same types)."""
+    reverse_sweep's, tangent_sweep's and second_order_sweep's (forward_sweep's and per_example_sweep's are of the
+    same types)."""
     arrays = _replay_arrays(dtype)
     code, slots, iattr, fattr, arena, adjoint, temps = (arrays[i] for i in (0, 1, 2, 3, 4, 8, 14))
+    homes = np.zeros(0, np.int64)
     needs = (row_kernels.replay_needs(*arrays, every_kernel=True)
-             + row_kernels.reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, np.zeros(0, np.int64),
-                                         every_kernel=True))
+             + row_kernels.reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_kernel=True)
+             + row_kernels.tangent_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_kernel=True)
+             + row_kernels.second_order_needs(code, slots, iattr, fattr, arena, adjoint, adjoint, adjoint, temps, homes,
+                                              every_kernel=True))
     # a table per need: reverse_sweep's small rows (no scalar runs: None) and the replay's share a table row
     return [row_kernels.kernel_table([need]) for need in needs if need[0] in groups]
 
@@ -113,8 +118,11 @@ def _dtype_steps(dtype):
             row_kernels.REVERSE, row_kernels.FUSED_REVERSE_GROUP, row_kernels.SCALAR_ROWS_REVERSE_GROUP,
             row_kernels.SMALL_ROWS_REVERSE_GROUP, row_kernels.SCALAR_RUN_REVERSE_GROUP,
             row_kernels.LOGSUMEXP_FROM_STASH_GROUP))),
+        (f"tangent and second-order row kernels[{name}]", lambda: _every_kernel(d, (row_kernels.TANGENT,
+                                                                                     row_kernels.SECOND_ORDER))),
         (f"tangent_sweep[{name}]", lambda: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
-                                                          -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d))),
+                                                          -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d),
+                                                          empty_table())),
         (f"second_order_sweep[{name}]", lambda: second_order_sweep(
             *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
             np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d), empty_table())),

@@ -1,4 +1,4 @@
-"""The kernels the forward, reverse, replay, second-order and per-example sweeps call through their addresses,
+"""The kernels the forward, reverse, replay, tangent, second-order and per-example sweeps call through their addresses,
 compiled when a Program first needs them: the table of addresses those sweeps take (`row_kernels`), filled per
 Program.
 
@@ -6,19 +6,20 @@ numba compiles a function together with everything it calls: a callee's
 machine code is linked into the caller's module, optimised and compiled again
 there. A cold reverse sweep compiled every op family's kernels (38 s of a new
 user's 42 s first `jitape demo`) whatever its Program held, and a cold replay
-sweep every family's forward and reverse kernels (70 s). These sweeps instead
-call each row's kernel (interpreter.ADDRESSED_KERNELS: a forward and a reverse
-row kernel per op family, the fused groups' block kernels, and the scalar
-loops, called once per stretch of scalar or small rows) through a table of
+sweep every family's forward and reverse kernels (70 s), a cold tangent sweep
+every family's tangent kernels (27 s). These sweeps instead call each row's
+kernel (KERNELS: a forward, a reverse and a tangent row kernel per op family,
+the fused groups' block kernels, and the scalar loops, called once per stretch
+of scalar or small rows) through a table of
 addresses that the caller fills for the kernels its Program uses
 (kernel_table): compiled or loaded once per signature, and only those, each
 once for every sweep. The call goes through addressed.call_at, which checks
 the key of the signature each address was compiled for.
 
 The kernels come in groups (AddressedGroup), each of one signature: the type of
-the tuple of operands a sweep passes them (interpreter.row_operands' and
-forward_operands' for the row kernels, worked out by compiling them for the
-arrays the sweep passes).
+the tuple of operands a sweep passes them (interpreter.row_operands',
+forward_operands' and tangents.tangent_operands' for the row kernels, worked
+out by compiling them for the arrays the sweep passes).
 """
 import threading
 from typing import Callable, NamedTuple
@@ -33,6 +34,8 @@ from .interpreter import (ADDRESSED_KERNELS, FORWARD_FIRST, FORWARD_KERNEL_OF, F
                           FUSED_REVERSE, LOGSUMEXP_FROM_STASH, REVERSE_KERNEL_OF, REVERSE_ROW_KERNELS,
                           SCALAR_ROWS_FORWARD, SCALAR_ROWS_REVERSE, SCALAR_RUN_FORWARD, SCALAR_RUN_REVERSE, SMALL,
                           SMALL_ROWS_REVERSE, forward_operands, replay_sweep, row_operands, small_rows)
+from .tangents import (SECOND_ORDER_FIRST, SECOND_ORDER_KERNEL_OF, SECOND_ORDER_ROW_KERNELS, TANGENT_FIRST,
+                       TANGENT_ROW_KERNELS, second_order_operands, tangent_operands)
 from .workspace import new_work
 
 try:        # numba's C function typing an argument for its dispatch (~0.2 us), else numba's typeof (~5 us)
@@ -40,6 +43,8 @@ try:        # numba's C function typing an argument for its dispatch (~0.2 us), 
 except ImportError:
     _type_key = typeof
 
+# every addressed kernel, a row each in a table: the interpreter's, then the tangent and second-order sweeps'
+KERNELS = ADDRESSED_KERNELS + TANGENT_ROW_KERNELS + SECOND_ORDER_ROW_KERNELS
 _WORK = typeof(new_work.py_func())
 _WRITTEN = typeof(np.zeros(0, np.bool_))
 _ROW = types.int64
@@ -94,6 +99,14 @@ SMALL_ROWS_REVERSE_GROUP = _single(   # scalars: a replay's scalar runs, None in
         code, _ROW, slots, iattr, fattr, arena, flat, _WRITTEN, scalars), _ROW)
 SCALAR_RUN_REVERSE_GROUP = _single(SCALAR_RUN_REVERSE, lambda scalars, iattr, fattr, arena, flat: (
     scalars, _ROW, _ROW, iattr, fattr, arena, flat, _WRITTEN))
+TANGENT = AddressedGroup(
+    TANGENT_FIRST, TANGENT_ROW_KERNELS, lambda code, slots, iattr, fattr, arena, tangent, temps, homes: (
+        code, _ROW, slots, iattr, fattr, arena, tangent, _WRITTEN, _WORK, temps, homes, _ROW, _ROW), tangent_operands)
+SECOND_ORDER = AddressedGroup(
+    SECOND_ORDER_FIRST, SECOND_ORDER_ROW_KERNELS,
+    lambda code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, temps, homes: (
+        code, _ROW, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, _WRITTEN, temps, homes),
+    second_order_operands)
 LOGSUMEXP_FROM_STASH_GROUP = _single(LOGSUMEXP_FROM_STASH, lambda code, slots, iattr, flat, scratch: (
     code, _ROW, slots, iattr, flat, _WRITTEN, scratch))
 
@@ -119,6 +132,38 @@ def reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every
              _wanted(REVERSE, needed_reverse_kernels(code, slots, every_row), every_kernel)),
             (SCALAR_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat), [0]),
             (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, None), [0])]
+
+
+def tangent_kernels(code, slots, iattr, fattr, arena, tangent, temps, homes, sweep=None):
+    """tangent_sweep's `row_kernels` for these arrays: the tangent row kernels of the families `code` holds
+    (sweep: see kernel_table)."""
+    return kernel_table(tangent_needs(code, slots, iattr, fattr, arena, tangent, temps, homes), sweep)
+
+
+def tangent_needs(code, slots, iattr, fattr, arena, tangent, temps, homes, every_kernel=False):
+    """kernel_table's needs for tangent_kernels (every_kernel: every kernel of the group, as the warmup takes)."""
+    kinds = _called_kinds(code, np.ones(code.shape[0], np.bool_), REVERSE_KERNEL_OF, len(TANGENT_ROW_KERNELS))
+    return [(TANGENT, (code, slots, iattr, fattr, arena, tangent, temps, homes), _wanted(TANGENT, kinds, every_kernel))]
+
+
+def second_order_kernels(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, temps, homes,
+                         sweep=None):
+    """second_order_sweep's `row_kernels` for these arrays: the reverse row kernels of every row's family (run
+    over adjoint_tangent) and the second-order row kernels of the families `code` holds (sweep: see
+    kernel_table)."""
+    return kernel_table(reverse_needs(code, slots, iattr, fattr, arena, adjoint_tangent, temps, homes, True)
+                        + second_order_needs(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent,
+                                             temps, homes), sweep)
+
+
+def second_order_needs(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, temps, homes,
+                       every_kernel=False):
+    """kernel_table's needs for second_order_kernels' second-order row kernels (every_kernel: every kernel of the
+    group, as the warmup takes)."""
+    rows = SECOND_ORDER_KERNEL_OF[code[:, oc.OP]]
+    kinds = sorted(set((rows[rows >= 0] - SECOND_ORDER_FIRST).tolist()))
+    return [(SECOND_ORDER, (code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, temps, homes),
+             _wanted(SECOND_ORDER, kinds, every_kernel))]
 
 
 _NO_HOMES = np.zeros(0, np.int64)     # a replay reads every value in its arena
@@ -188,26 +233,27 @@ _lock = threading.Lock()
 
 
 def kernel_table(needs, sweep=None):
-    """The table of addressed kernels (interpreter.ADDRESSED_KERNELS' rows: address, signature key) of a sweep,
+    """The table of addressed kernels (KERNELS' rows: address, signature key) of a sweep,
     with the kernels `needs` names compiled (or loaded from the cache) for its arrays' types: needs, (group, the
     arrays its `outer` takes, kernel indices within the group) per group the sweep calls. A table per kind of
     arrays, its addresses filled as Programs need them; the rows of other groups keep key 0 (a call raises).
     sweep: (the sweep's dispatcher, its arguments but the table), compiled with the kernels, side by side where
-    the cache lacks them (parallel_compile), when the table lacks one of them."""
+    the cache lacks them (parallel_compile), when it has no compiled signature yet."""
     kind = tuple((group.first, tuple(map(_type_key, arrays))) for group, arrays, _ in needs)
     found = _by_kind.get(kind)
     if found is None:
         signed = tuple((group, group.signature(arrays)) for group, arrays, _ in needs)
-        table = np.zeros((len(ADDRESSED_KERNELS), 2), np.int64)
+        table = np.zeros((len(KERNELS), 2), np.int64)
         for group, signature in signed:
             table[group.first:group.first + len(group.kernels), 1] = signature_key(signature, group.returns)
         found = _by_kind.setdefault(kind, (signed, table))
     signed, table = found
     wanted = [(group, signature, k) for (group, signature), (_, _, indices) in zip(signed, needs) for k in indices]
-    if not all([table[group.first + k, 0] for group, _, k in wanted]):
+    cold_sweep = sweep is not None and not getattr(sweep[0], "overloads", True)      # never compiled or loaded
+    if cold_sweep or not all([table[group.first + k, 0] for group, _, k in wanted]):
         with _lock:
             pairs = [(group.kernels[k], signature) for group, signature, k in wanted if not table[group.first + k, 0]]
-            if sweep is not None:       # first: the longest compile
+            if cold_sweep:       # first: the longest compile
                 dispatcher, arguments = sweep
                 pairs.insert(0, (dispatcher, tuple(map(dispatcher.typeof_pyval, (*arguments, table)))))
             ready(pairs)
@@ -219,7 +265,7 @@ def kernel_table(needs, sweep=None):
 
 def empty_table():
     """A table with no kernel (the type the sweeps take; any call through it raises)."""
-    return np.zeros((len(ADDRESSED_KERNELS), 2), np.int64)
+    return np.zeros((len(KERNELS), 2), np.int64)
 
 
 def _address(dispatcher, signature, returns):

@@ -17,11 +17,11 @@ import numpy as np
 
 from .. import njit, opcodes as oc
 from .elementwise import binary_second, binary_tangent, unary_reverse, unary_second, where_linear
-from .interpreter import params, reverse_instruction, value_of
+from .interpreter import ADDRESSED_KERNELS, REVERSE_KERNEL_OF, call_addressed, params, reverse_instruction, value_of
 from .linalg import (inv_second, inv_tangent, matmul_second, matmul_seeded_tangent, matmul_tangent, solve_second,
                      solve_tangent)
-from .reduction import cumsum_linear, reduce_linear, reduce_second
-from .shape import mapped_linear, moved_linear
+from .reduction import cumsum_linear, reduce_linear, reduce_second, sum_linear
+from .shape import mapped_linear, moved_linear, tile_linear
 from .unowned import unowned
 from .workspace import new_work
 
@@ -100,8 +100,144 @@ def _live_row(code, r, c, live):
     return code[r, oc.IN0_ADJ + c] if s >= 0 and live[s] else -1
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _rows(tangent, j, n):
+    """tangent's rows j..j+n, or none (j -1: no tangent)."""
+    return tangent[j:j + n] if j >= 0 else tangent[0:0]
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def tangent_operands(code, r, slots, iattr, fattr, arena, tangent, live, work, temps, homes, seed_row, seed_start):
+    """Row r's operands as every tangent row kernel takes them: (op, its attribute block, iattr, fattr, work,
+    temps, tangent, the values of the output and inputs 0 and 1 (input 0's where there is no input 1), the
+    tangent rows of the output and of inputs 0-2 (-1: none, or structurally zero: see live_tangents), the sizes
+    of the output and inputs 0 and 1, seed_row, seed_start (see tangent_sweep))."""
+    size = slots[code[r, oc.OUT], oc.SIZE]
+    n0 = slots[code[r, oc.IN0], oc.SIZE]
+    x = value_of(arena, homes, code[r, oc.IN0], code[r, oc.IN0_OFF], n0)
+    n1 = slots[code[r, oc.IN1], oc.SIZE] if code[r, oc.IN1] >= 0 else 0
+    w = value_of(arena, homes, code[r, oc.IN1], code[r, oc.IN1_OFF], n1) if code[r, oc.IN1] >= 0 else x
+    return (code[r, oc.OP], code[r, oc.ATTR], iattr, fattr, work, temps, tangent,
+            value_of(arena, homes, code[r, oc.OUT], code[r, oc.OUT_OFF], size), x, w, code[r, oc.OUT_ADJ],
+            _live_row(code, r, 0, live), _live_row(code, r, 1, live), _live_row(code, r, 2, live), size, n0, n1,
+            seed_row, seed_start)
+
+
+# Each tangent row kernel takes tangent_operands' tuple: op, a (its attribute block), iattr, fattr, work, temps,
+# tangent, y, x, w (values), to, j0, j1, j2 (tangent rows), size, n0, n1, seed_row, seed_start. A kernel per
+# reverse row kernel's family (interpreter.REVERSE_KINDS): the linear ops' tangent kernels are their reverse
+# kernels untransposed (`transpose`: run-time False, so one compiled specialization serves both).
+
+
 @njit(cache=True, error_model="numpy")
-def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target, homes, temps):
+def tangent_unary_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    if j0 >= 0:
+        p0, p1 = params(op, iattr, fattr, a)
+        # a diagonal Jacobian is its own transpose: the reverse kernel is the tangent kernel
+        unary_reverse(op, x, y, tangent[j0:j0 + n0], tangent[to:to + size], p0, p1)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_binary_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    binary_tangent(op, x, w, y, _rows(tangent, j0, n0), _rows(tangent, j1, n1), tangent[to:to + size], j0 >= 0,
+                   j1 >= 0)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_where_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    where_linear(x, tangent[to:to + size], _rows(tangent, j1, n1), _rows(tangent, j2, size), j1 >= 0, j2 >= 0,
+                 tangent.shape[1] < 0)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_sum_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    if j0 >= 0:
+        sum_linear(tangent[to:to + size], tangent[j0:j0 + n0], iattr[a], iattr[a + 1], iattr[a + 2],
+                   tangent.shape[1] < 0, False)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_reduce_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    if j0 >= 0:
+        reduce_linear(op, x, y, tangent[to:to + size], tangent[j0:j0 + n0], iattr[a], iattr[a + 1], iattr[a + 2],
+                      tangent.shape[1] < 0, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_cumsum_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    if j0 >= 0:
+        cumsum_linear(tangent[to:to + size], tangent[j0:j0 + n0], iattr[a], iattr[a + 1], iattr[a + 2],
+                      iattr[a + 3] != 0, iattr[a + 4] != 0, tangent.shape[1] < 0, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_tile_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    if j0 >= 0:
+        tile_linear(iattr, a, tangent[to:to + size], tangent[j0:j0 + n0], tangent.shape[1] < 0, work)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_mapped_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    if j0 >= 0:
+        mapped_linear(op, iattr, a, tangent[to:to + size], tangent[j0:j0 + n0], tangent.shape[1] < 0, work)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_moved_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    if j0 >= 0:
+        moved_linear(op, iattr, a, tangent[to:to + size], tangent[j0:j0 + n0], tangent.shape[1] < 0)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_matmul_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    t_out = tangent[to:to + size]
+    seeded_x = j0 >= 0 and j0 == seed_row
+    seeded_w = j1 >= 0 and j1 == seed_row
+    matmul_tangent(iattr, a, x, w, _rows(tangent, j0, n0), _rows(tangent, j1, n1), t_out, j0 >= 0 and not seeded_x,
+                   j1 >= 0 and not seeded_w, temps)
+    # run-time flags (not literals): one compiled specialization serves both operands
+    if seeded_x:
+        matmul_seeded_tangent(iattr, a, x, w, t_out, not seeded_x, seed_start)
+    if seeded_w:
+        matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, seed_start)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_solve_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    solve_tangent(iattr, a, x, y, _rows(tangent, j0, n0), _rows(tangent, j1, n1), tangent[to:to + size], j0 >= 0,
+                  j1 >= 0, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_inv_row(operands):
+    op, a, iattr, fattr, work, temps, tangent, y, x, w, to, j0, j1, j2, size, n0, n1, seed_row, seed_start = operands
+    if j0 >= 0:
+        inv_tangent(iattr, a, y, tangent[j0:j0 + n0], tangent[to:to + size], temps)
+
+
+# per family of REVERSE_KINDS, its tangent row kernel, called through the table of addressed kernels (rows from
+# TANGENT_FIRST: see row_kernels), so a first forward-mode Jacobian or Hessian compiles the kernels its Program uses
+TANGENT_ROW_KERNELS = (tangent_unary_row, tangent_binary_row, tangent_where_row, tangent_sum_row, tangent_reduce_row,
+                       tangent_cumsum_row, tangent_tile_row, tangent_mapped_row, tangent_moved_row, tangent_matmul_row,
+                       tangent_solve_row, tangent_inv_row)
+TANGENT_FIRST = len(ADDRESSED_KERNELS)
+TANGENT_KERNEL_OF = TANGENT_FIRST + REVERSE_KERNEL_OF
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, seed_start, target, homes, temps,
+                  row_kernels):
     """Fill the K tangent columns y' = sum_i J_i x_i' of the outputs whose tangents are needed, in
     program order: toward `target` (a slot: forward-mode Jacobians), with target -1 those the
     second-order sweep reads, with -2 all of them. Other rows are left as they are (never read).
@@ -113,13 +249,13 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
     are zeroed before they are accumulated into. seed_row >= 0 says the rows from seed_row hold
     the identity's columns seed_start.. : a matmul with that operand copies
     instead of multiplying by the identity. -1 for other seeds. homes: values read where they live (see
-    interpreter.reverse_instruction); temps: the kernels' scratch (see interpreter.planned_temps).
+    interpreter.reverse_instruction); temps: the kernels' scratch (see interpreter.planned_temps); row_kernels:
+    the table of addressed kernels holding the tangent row kernels of the rows' families
+    (row_kernels.tangent_kernels), which run each row.
     """
     code, slots, iattr, fattr, arena, tangent, seeded, homes, temps = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(tangent),
         unowned(seeded), unowned(homes), unowned(temps))
-    empty = tangent[0:0]
-    transpose = tangent.shape[1] < 0      # run-time False: the reverse sweep's linear kernels serve as they are
     needed = _tangents_needed(code, slots, target)
     live = live_tangents(code, slots, seeded)
     work = new_work()
@@ -131,109 +267,101 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
         if needed[code[r, oc.OUT]] and not keep[code[r, oc.OUT]]:
             tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + slots[code[r, oc.OUT], oc.SIZE]] = 0
     for r in range(code.shape[0]):
-        if not needed[code[r, oc.OUT]]:
-            continue
-        op = code[r, oc.OP]
-        a = code[r, oc.ATTR]
-        size = slots[code[r, oc.OUT], oc.SIZE]
-        o = code[r, oc.OUT_OFF]
-        y = value_of(arena, homes, code[r, oc.OUT], o, size)
-        t_out = tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + size]
-        i0 = code[r, oc.IN0_OFF]
-        n0 = slots[code[r, oc.IN0], oc.SIZE]
-        x = value_of(arena, homes, code[r, oc.IN0], i0, n0)
-        j0 = _live_row(code, r, 0, live)
-        t0 = tangent[j0:j0 + n0] if j0 >= 0 else empty
-        j1 = _live_row(code, r, 1, live)
-        n1 = slots[code[r, oc.IN1], oc.SIZE] if code[r, oc.IN1] >= 0 else 0
-        t1 = tangent[j1:j1 + n1] if j1 >= 0 else empty
-        w = value_of(arena, homes, code[r, oc.IN1], code[r, oc.IN1_OFF], n1)
-        if op <= oc.UNARY_LAST:
-            if j0 >= 0:
-                p0, p1 = params(op, iattr, fattr, a)
-                # a diagonal Jacobian is its own transpose: the reverse kernel is the tangent kernel
-                unary_reverse(op, x, y, t0, t_out, p0, p1)
-        elif op <= oc.BINARY_LAST:
-            binary_tangent(op, x, w, y, t0, t1, t_out, j0 >= 0, j1 >= 0)
-        elif op == oc.WHERE:
-            j2 = _live_row(code, r, 2, live)
-            where_linear(x, t_out, t1, tangent[j2:j2 + size] if j2 >= 0 else empty, j1 >= 0, j2 >= 0, transpose)
-        elif op == oc.MATMUL:
-            seeded_x = j0 >= 0 and j0 == seed_row
-            seeded_w = j1 >= 0 and j1 == seed_row
-            matmul_tangent(iattr, a, x, w, t0, t1, t_out, j0 >= 0 and not seeded_x, j1 >= 0 and not seeded_w, temps)
-            # run-time flags (not literals): one compiled specialization serves both operands
-            if seeded_x:
-                matmul_seeded_tangent(iattr, a, x, w, t_out, not seeded_x, seed_start)
-            if seeded_w:
-                matmul_seeded_tangent(iattr, a, x, w, t_out, seeded_w, seed_start)
-        elif op == oc.SOLVE:
-            solve_tangent(iattr, a, x, y, t0, t1, t_out, j0 >= 0, j1 >= 0, temps)
-        elif j0 < 0:
-            continue
-        elif op <= oc.REDUCE_LAST:
-            reduce_linear(op, x, y, t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], transpose, temps)
-        elif op == oc.CUMSUM:
-            cumsum_linear(t_out, t0, iattr[a], iattr[a + 1], iattr[a + 2], iattr[a + 3] != 0, iattr[a + 4] != 0,
-                          transpose, temps)
-        elif op <= oc.PAD:
-            mapped_linear(op, iattr, a, t_out, t0, transpose, work)
-        elif op <= oc.GATHER:
-            moved_linear(op, iattr, a, t_out, t0, transpose)
-        else:
-            inv_tangent(iattr, a, y, t0, t_out, temps)
+        if needed[code[r, oc.OUT]]:
+            call_addressed(row_kernels, TANGENT_KERNEL_OF[code[r, oc.OP]],
+                           tangent_operands(code, r, slots, iattr, fattr, arena, tangent, live, work, temps, homes,
+                                            seed_row, seed_start))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def second_order_operands(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, temps, homes):
+    """Row r's operands as every second-order row kernel takes them: (op, its attribute block, iattr, fattr, temps,
+    the one-column cotangents `adjoint` and g (its entries, 1-D), tangent, adjoint_tangent, the values of the output and inputs 0 and 1
+    (input 0's where there is no input 1), the adjoint rows of the output and inputs 0 and 1 (-1: inactive), the
+    sizes of the output and inputs 0 and 1, whether inputs 0 and 1 have tangents that can be nonzero (see
+    live_tangents))."""
+    size = slots[code[r, oc.OUT], oc.SIZE]
+    n0 = slots[code[r, oc.IN0], oc.SIZE]
+    x = value_of(arena, homes, code[r, oc.IN0], code[r, oc.IN0_OFF], n0)
+    has1 = code[r, oc.IN1] >= 0
+    n1 = slots[code[r, oc.IN1], oc.SIZE] if has1 else 0
+    w = value_of(arena, homes, code[r, oc.IN1], code[r, oc.IN1_OFF], n1) if has1 else x
+    j0, j1 = code[r, oc.IN0_ADJ], code[r, oc.IN1_ADJ]
+    return (code[r, oc.OP], code[r, oc.ATTR], iattr, fattr, temps, adjoint, adjoint.reshape(adjoint.size), tangent,
+            adjoint_tangent, value_of(arena, homes, code[r, oc.OUT], code[r, oc.OUT_OFF], size), x, w,
+            code[r, oc.OUT_ADJ], j0, j1,
+            size, n0, n1, j0 >= 0 and live[code[r, oc.IN0]], has1 and j1 >= 0 and live[code[r, oc.IN1]])
+
+
+# Each second-order row kernel takes second_order_operands' tuple: op, a, iattr, fattr, temps, adjoint, g, tangent,
+# adjoint_tangent, y, x, w (values), go, j0, j1 (adjoint rows), size, n0, n1, live0, live1. A kernel per family
+# with second-order terms (linear ops have none).
 
 
 @njit(cache=True, error_model="numpy")
-def _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, homes,
-                        temps):
-    """Instruction r's second-order kernel; adjoint is the one-column cotangent buffer, live says which
-    tangents can be nonzero (see live_tangents)."""
-    g = adjoint.reshape(adjoint.size)
-    op = code[r, oc.OP]
-    a = code[r, oc.ATTR]
-    size = slots[code[r, oc.OUT], oc.SIZE]
-    o = code[r, oc.OUT_OFF]
-    go = code[r, oc.OUT_ADJ]
-    y = value_of(arena, homes, code[r, oc.OUT], o, size)
-    g_out = g[go:go + size]
-    empty = tangent[0:0]
-    i0 = code[r, oc.IN0_OFF]
-    n0 = slots[code[r, oc.IN0], oc.SIZE]
-    x = value_of(arena, homes, code[r, oc.IN0], i0, n0)
-    j0 = code[r, oc.IN0_ADJ]
-    t0 = tangent[j0:j0 + n0] if j0 >= 0 else empty
-    gt0 = adjoint_tangent[j0:j0 + n0] if j0 >= 0 else empty
-    live0 = j0 >= 0 and live[code[r, oc.IN0]]
-    if op <= oc.UNARY_LAST:
-        if live0:
-            p0, p1 = params(op, iattr, fattr, a)
-            unary_second(op, x, y, g_out, t0, gt0, p0, p1)
-        return
-    if op == oc.PROD or op == oc.LOGSUMEXP:
-        if live0:
-            reduce_second(op, x, y, g_out, t0, gt0, iattr[a], iattr[a + 1], iattr[a + 2], temps)
-        return
-    if op == oc.INV:
-        if live0:
-            inv_second(iattr, a, y, adjoint[go:go + size], t0, gt0, temps)
-        return
-    if op > oc.BINARY_LAST and op != oc.MATMUL and op != oc.SOLVE:
-        return
-    n1 = slots[code[r, oc.IN1], oc.SIZE]
-    j1 = code[r, oc.IN1_ADJ]
-    t1 = tangent[j1:j1 + n1] if j1 >= 0 else empty
-    gt1 = adjoint_tangent[j1:j1 + n1] if j1 >= 0 else empty
-    w = value_of(arena, homes, code[r, oc.IN1], code[r, oc.IN1_OFF], n1)
-    if op <= oc.BINARY_LAST:
-        if j0 >= 0 or j1 >= 0:
-            binary_second(op, x, w, y, g_out, t0, t1, gt0, gt1, j0 >= 0, j1 >= 0, live0,
-                          j1 >= 0 and live[code[r, oc.IN1]])
-    elif op == oc.MATMUL:
-        if j0 >= 0 and j1 >= 0:
-            matmul_second(iattr, a, g_out, t0, t1, gt0, gt1, temps)
-    elif j0 >= 0:
-        solve_second(iattr, a, x, y, adjoint[go:go + size], t0, tangent[go:go + size], gt0, gt1, j1 >= 0, temps)
+def second_unary_row(operands):
+    (op, a, iattr, fattr, temps, adjoint, g, tangent, adjoint_tangent, y, x, w, go, j0, j1, size, n0, n1, live0,
+     live1) = operands
+    if live0:
+        p0, p1 = params(op, iattr, fattr, a)
+        unary_second(op, x, y, g[go:go + size], tangent[j0:j0 + n0], adjoint_tangent[j0:j0 + n0], p0, p1)
+
+
+@njit(cache=True, error_model="numpy")
+def second_binary_row(operands):
+    (op, a, iattr, fattr, temps, adjoint, g, tangent, adjoint_tangent, y, x, w, go, j0, j1, size, n0, n1, live0,
+     live1) = operands
+    if j0 >= 0 or j1 >= 0:
+        binary_second(op, x, w, y, g[go:go + size], _rows(tangent, j0, n0), _rows(tangent, j1, n1),
+                      _rows(adjoint_tangent, j0, n0), _rows(adjoint_tangent, j1, n1), j0 >= 0, j1 >= 0, live0, live1)
+
+
+@njit(cache=True, error_model="numpy")
+def second_reduce_row(operands):
+    (op, a, iattr, fattr, temps, adjoint, g, tangent, adjoint_tangent, y, x, w, go, j0, j1, size, n0, n1, live0,
+     live1) = operands
+    if live0:
+        reduce_second(op, x, y, g[go:go + size], tangent[j0:j0 + n0], adjoint_tangent[j0:j0 + n0],
+                      iattr[a], iattr[a + 1], iattr[a + 2], temps)
+
+
+@njit(cache=True, error_model="numpy")
+def second_matmul_row(operands):
+    (op, a, iattr, fattr, temps, adjoint, g, tangent, adjoint_tangent, y, x, w, go, j0, j1, size, n0, n1, live0,
+     live1) = operands
+    if j0 >= 0 and j1 >= 0:
+        matmul_second(iattr, a, g[go:go + size], tangent[j0:j0 + n0], tangent[j1:j1 + n1],
+                      adjoint_tangent[j0:j0 + n0], adjoint_tangent[j1:j1 + n1], temps)
+
+
+@njit(cache=True, error_model="numpy")
+def second_solve_row(operands):
+    (op, a, iattr, fattr, temps, adjoint, g, tangent, adjoint_tangent, y, x, w, go, j0, j1, size, n0, n1, live0,
+     live1) = operands
+    if j0 >= 0:
+        solve_second(iattr, a, x, y, adjoint[go:go + size], tangent[j0:j0 + n0], tangent[go:go + size],
+                     adjoint_tangent[j0:j0 + n0], _rows(adjoint_tangent, j1, n1), j1 >= 0, temps)
+
+
+@njit(cache=True, error_model="numpy")
+def second_inv_row(operands):
+    (op, a, iattr, fattr, temps, adjoint, g, tangent, adjoint_tangent, y, x, w, go, j0, j1, size, n0, n1, live0,
+     live1) = operands
+    if live0:
+        inv_second(iattr, a, y, adjoint[go:go + size], tangent[j0:j0 + n0], adjoint_tangent[j0:j0 + n0], temps)
+
+
+SECOND_ORDER_KINDS = ("unary", "binary", "reduce", "matmul", "solve", "inv")
+SECOND_ORDER_ROW_KERNELS = (second_unary_row, second_binary_row, second_reduce_row, second_matmul_row,
+                            second_solve_row, second_inv_row)
+SECOND_ORDER_FIRST = TANGENT_FIRST + len(TANGENT_ROW_KERNELS)
+# per opcode, its second-order row kernel's row in the table of addressed kernels, -1 for none (a linear op; of the
+# reductions PROD and LOGSUMEXP have terms)
+SECOND_ORDER_KERNEL_OF = np.array([
+    SECOND_ORDER_FIRST + SECOND_ORDER_KINDS.index(kind) if kind in SECOND_ORDER_KINDS else -1
+    for kind in ("binary" if family == "compare" else
+                 family if family != "reduce" or name in ("prod", "logsumexp") else None
+                 for name, family in zip(oc.NAMES, oc.FAMILIES))], np.int64)
 
 
 @njit(cache=True, error_model="numpy")
@@ -269,7 +397,8 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
     output was never written (no second-order term reached it: a loss's linear tail)
     skips its reverse rule, and rows are zeroed only when first written. temps: the kernels' scratch (see
     interpreter.planned_temps); row_kernels: the table of addressed kernels holding the reverse row kernels of
-    every row's family (row_kernels.reverse_kernels with every_row), which run each row's reverse rule.
+    every row's family, which run each row's reverse rule, and their second-order row kernels
+    (row_kernels.second_order_kernels).
     """
     code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, seeded, homes, temps = (
         unowned(code), unowned(slots), unowned(iattr), unowned(fattr), unowned(arena), unowned(adjoint),
@@ -287,6 +416,8 @@ def second_order_sweep(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
             _first_write(code, r, oc.IN0, slots, written, adjoint_tangent)
         if to1:
             _first_write(code, r, oc.IN1, slots, written, adjoint_tangent)
-        _second_order_terms(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, homes,
-                            temps)
+        terms = SECOND_ORDER_KERNEL_OF[code[r, oc.OP]]
+        if terms >= 0:
+            call_addressed(row_kernels, terms, second_order_operands(code, r, slots, iattr, fattr, arena, adjoint,
+                                                                     tangent, adjoint_tangent, live, temps, homes))
     return written
