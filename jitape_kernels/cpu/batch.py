@@ -410,8 +410,12 @@ def per_example_sweep(code, modes, post, slots, iattr, fattr, arena, row_adjoint
             rows_per_example = n_rows // batch
             xt = temps[:k * n_rows].reshape(k, n_rows)
             gt = temps[k * n_rows:(k + n) * n_rows].reshape(n, n_rows)
-            xt[:] = x.reshape(n_rows, k).T
-            gt[:] = g_out.reshape(n_rows, n).T
+            rows_x, rows_g = x.reshape(n_rows, k), g_out.reshape(n_rows, n)
+            for q in range(n_rows):     # entry by entry: an array assigned to a slice compiles numba's shape message
+                for kk in range(k):
+                    xt[kk, q] = rows_x[q, kk]
+                for nn in range(n):
+                    gt[nn, q] = rows_g[q, nn]
             for kk in range(k):
                 for nn in range(n):
                     target = param_adjoint[gw + kk * n + nn]

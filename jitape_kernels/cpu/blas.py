@@ -136,11 +136,12 @@ def solve_columns(A, transposed, B, temps):
     if n == 0 or B.size == 0:
         return
     lu = temps[:n * n]
-    if transposed:      # the row-major A is the column-major A^T
-        lu[:] = A.reshape(n * n)
-    else:
-        for i in range(n):
-            for j in range(n):
+    # entry by entry: an array assigned to a slice compiles numba's shape-mismatch message (2 s of a cold solve)
+    for i in range(n):
+        for j in range(n):
+            if transposed:      # the row-major A is the column-major A^T
+                lu[i * n + j] = A[i, j]
+            else:
                 lu[j * n + i] = A[i, j]
     status = _xgesv(n, B.size // n, lu, temps[n * n:n * n + 2 * n], B)
     if status > 0:
