@@ -82,7 +82,8 @@ def _importable(dispatcher):
 def _compile_in_workers(missing, workers):
     tasks = queue.SimpleQueue()
     for dispatcher, signature in missing:
-        tasks.put((dispatcher.py_func.__module__, dispatcher.__name__, signature))
+        tasks.put((dispatcher.py_func.__module__, dispatcher.__name__, signature,
+                   dispatcher.py_func.__code__.co_filename))
     environment = dict(os.environ, JITAPE_CACHE_DIR=str(Path(cache_dir()).parent),
                        PYTHONPATH=os.pathsep.join([_PACKAGE_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     threads = [threading.Thread(target=_feed, args=(tasks, environment), daemon=True) for _ in range(workers)]
@@ -95,8 +96,10 @@ def _compile_in_workers(missing, workers):
 def _feed(tasks, environment):
     """One worker's life: started, handed tasks one at a time until none is left (or it ends), then stopped."""
     try:
+        # started in the package's root, which `-c` puts first on its path: it imports this process's kernel
+        # files, not others its working directory holds (numba caches a kernel under its file's path)
         with subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env=environment) as worker:
+                              stderr=subprocess.DEVNULL, env=environment, cwd=_PACKAGE_ROOT) as worker:
             while True:
                 try:
                     task = tasks.get_nowait()
@@ -112,17 +115,22 @@ def _feed(tasks, environment):
 
 
 def serve():
-    """A worker process: compile each (module, function name, signature) read from stdin, answering one byte
-    when done (b"!" where the compile failed: ready() then compiles it and raises what numba raises)."""
+    """A worker process: compile each (module, function name, signature, its file) read from stdin, answering one
+    byte when done: b"!" where the compile failed (ready() then compiles it and raises what numba raises) or the
+    function this worker imports is not in that file (its compile would be cached where that process does not
+    look)."""
     import importlib
     read, answer = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            module, name, signature = pickle.load(read)
+            module, name, signature, filename = pickle.load(read)
         except EOFError:
             return
         try:
-            getattr(importlib.import_module(module), name).compile(signature)
+            dispatcher = getattr(importlib.import_module(module), name)
+            if dispatcher.py_func.__code__.co_filename != filename:
+                raise ImportError(f"{module}.{name} is not {filename}'s")
+            dispatcher.compile(signature)
             answer.write(b".")
         except Exception:
             answer.write(b"!")

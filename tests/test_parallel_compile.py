@@ -2,16 +2,22 @@
 here; a worker that fails or cannot start costs time, never a result; a warmup step compiles alone."""
 import os
 import pickle
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from numba import types
 
+import jitape_kernels
 from jitape_kernels import parallel_compile
+from jitape_kernels.cpu import optimizers
 
 _TWO_KERNELS = """
 import sys, numpy as np
+import jitape_kernels
 from jitape_kernels import parallel_compile
+from jitape_kernels.cpu import optimizers
 from jitape_kernels.cpu.optimizers import adam_step, sgd_momentum_step
 parallel_compile._SERVE = sys.argv[1]
 v = np.zeros(3)
@@ -50,15 +56,33 @@ def test_a_worker_that_ends_leaves_its_kernels_to_this_process(tmp_path):
     assert _run(tmp_path, serve="raise SystemExit(3)", JITAPE_COMPILE_JOBS="2") == ["JITCodeLibrary"] * 2
 
 
+def test_workers_compile_this_process_s_kernel_files_whatever_their_working_directory_holds(tmp_path):
+    # a checkout beside an installed jitape: `python -c` puts the working directory first on a worker's path, where
+    # its copy of the kernels would be compiled and cached under its own files' paths, never loaded here
+    shadow = tmp_path / "checkout"
+    shutil.copytree(Path(jitape_kernels.__file__).parent, shadow / "jitape_kernels")
+    script = tmp_path / "two_kernels.py"
+    script.write_text(_TWO_KERNELS)
+    environment = dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path / "cache"), JITAPE_COMPILE_JOBS="2",
+                       PYTHONPATH=parallel_compile._PACKAGE_ROOT)
+    result = subprocess.run([sys.executable, str(script), parallel_compile._SERVE], cwd=shadow, env=environment,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[1:] == ["_LazilyLinked", "_LazilyLinked"]
+
 def test_a_worker_whose_compile_fails_answers_and_goes_on(tmp_path):
-    # a signature numba cannot compile, then one it can: the worker answers "!" and "."
+    # a signature numba cannot compile, a function of another file, then one it can: "!", "!" and "."
     v = types.float64[::1]
-    tasks = b"".join(pickle.dumps(("jitape_kernels.cpu.optimizers", "sgd_momentum_step", signature)) for signature in
-                     [(types.unicode_type,), (v, v, v, types.float64, types.float64, types.boolean, v)])
+    step = optimizers.sgd_momentum_step
+    tasks = b"".join(pickle.dumps(("jitape_kernels.cpu.optimizers", "sgd_momentum_step", signature, filename))
+                     for signature, filename in [
+                         ((types.unicode_type,), step.py_func.__code__.co_filename),
+                         ((v, v, v, types.float64, types.float64, types.boolean, v), "elsewhere/optimizers.py"),
+                         ((v, v, v, types.float64, types.float64, types.boolean, v), step.py_func.__code__.co_filename)])
     result = subprocess.run([sys.executable, "-c", parallel_compile._SERVE], input=tasks, capture_output=True,
                             timeout=600, env=dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path)))
     assert result.returncode == 0, result.stderr
-    assert result.stdout == b"!."
+    assert result.stdout == b"!!."
 
 
 def test_jobs_follow_the_setting_and_a_warmup_step_compiles_alone(monkeypatch):
