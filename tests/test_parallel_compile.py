@@ -74,11 +74,10 @@ def test_a_worker_whose_compile_fails_answers_and_goes_on(tmp_path):
     # a signature numba cannot compile, a function of another file, then one it can: "!", "!" and "."
     v = types.float64[::1]
     step = optimizers.sgd_momentum_step
+    here, sgd = step.py_func.__code__.co_filename, (v, v, v, types.float64, types.float64, types.boolean, v)
     tasks = b"".join(pickle.dumps(("jitape_kernels.cpu.optimizers", "sgd_momentum_step", signature, filename))
-                     for signature, filename in [
-                         ((types.unicode_type,), step.py_func.__code__.co_filename),
-                         ((v, v, v, types.float64, types.float64, types.boolean, v), "elsewhere/optimizers.py"),
-                         ((v, v, v, types.float64, types.float64, types.boolean, v), step.py_func.__code__.co_filename)])
+                     for signature, filename in [((types.unicode_type,), here), (sgd, "elsewhere/optimizers.py"),
+                                                 (sgd, here)])
     result = subprocess.run([sys.executable, "-c", parallel_compile._SERVE], input=tasks, capture_output=True,
                             timeout=600, env=dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path)))
     assert result.returncode == 0, result.stderr

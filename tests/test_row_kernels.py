@@ -76,6 +76,25 @@ def test_the_second_order_row_kernels_are_those_of_the_families_with_second_orde
                                    + tangents.SECOND_ORDER_ROW_KERNELS)
     assert tangents.SECOND_ORDER_FIRST == len(ADDRESSED_KERNELS) + len(tangents.TANGENT_ROW_KERNELS)
 
+def test_small_elementwise_rows_with_several_columns_run_in_a_loop_kernel_of_their_own():
+    program = _program(lambda x: jt.reduce_sum(jt.sin(x) * x), np.linspace(0, 1, 4))
+    temps = np.zeros(0, program.dtype)
+    for columns, every_row, needed in ((1, False, []), (3, False, [0]), (3, True, [])):
+        adjoint = np.zeros((program.adjoint_size, columns), program.dtype)
+        needs = row_kernels.reverse_needs(program.code, program.slots, program.iattr, program.fattr, program.arena,
+                                          adjoint, temps, program.homes, every_row)
+        (loop,) = [indices for group, _, indices in needs if group is row_kernels.SMALL_ROWS_REVERSE_COLUMNS_GROUP]
+        assert list(loop) == needed
+        (rows,) = [indices for group, _, indices in needs if group is REVERSE]
+        # the second-order and per-example sweeps (every_row) run every row's kernel, small rows' too
+        assert list(rows) == ([UNARY_ROWS, BINARY_ROWS, SUM_ROWS] if every_row else [SUM_ROWS])
+    x = jt.constant(np.linspace(0.1, 0.4, 4))
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = jt.sin(x) * x + 0.5 * x
+    xv = x.numpy()
+    np.testing.assert_allclose(tape.jacobian(y, x).numpy(), np.diag(np.cos(xv) * xv + np.sin(xv) + 0.5), rtol=1e-6)
+
 def _table(dtype, group, kernels):
     arrays = cpu._replay_arrays(dtype)
     code, slots, iattr, fattr, arena, temps, adjoint = (arrays[i] for i in (0, 1, 2, 3, 4, 14, 8))

@@ -117,7 +117,7 @@ def _dtype_steps(dtype):
         (f"reverse row kernels[{name}]", lambda: _every_kernel(d, (
             row_kernels.REVERSE, row_kernels.FUSED_REVERSE_GROUP, row_kernels.SCALAR_ROWS_REVERSE_GROUP,
             row_kernels.SMALL_ROWS_REVERSE_GROUP, row_kernels.SCALAR_RUN_REVERSE_GROUP,
-            row_kernels.LOGSUMEXP_FROM_STASH_GROUP))),
+            row_kernels.LOGSUMEXP_FROM_STASH_GROUP, row_kernels.SMALL_ROWS_REVERSE_COLUMNS_GROUP))),
         (f"tangent and second-order row kernels[{name}]", lambda: _every_kernel(d, (row_kernels.TANGENT,
                                                                                      row_kernels.SECOND_ORDER))),
         (f"tangent_sweep[{name}]", lambda: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),

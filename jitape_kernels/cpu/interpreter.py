@@ -591,14 +591,6 @@ def sets_first_write(op, K, distinct_inputs):
             or op == oc.PLACE or (op == oc.MATMUL and distinct_inputs))
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _accumulate(adjoint, j, k, value, first):
-    if first:
-        adjoint[j, k] = value
-    else:
-        adjoint[j, k] += value
-
-
 @njit(cache=True, error_model="numpy")
 def reverse_sweep(code, slots, iattr, fattr, arena, adjoint, written, homes, temps, row_kernels):
     """Accumulate K cotangent columns from outputs into inputs, last instruction first. homes: see
@@ -662,6 +654,11 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
                                    (code, r, slots, iattr, flat, written, _stash(code, r, slots, scratch)))
                     r -= 1
                     continue
+        else:
+            r = next_row(row_kernels, SMALL_ROWS_REVERSE_COLUMNS,
+                         (code, r, slots, iattr, fattr, arena, adjoint, written))
+            if r < 0:
+                break
         _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, row_kernels)
         r -= 1
 
@@ -860,6 +857,62 @@ def _starts_run_overload(scalars, r):
     return lambda scalars, r: scalars[r, SC_RUN] > 0
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _accumulate(adjoint, j, k, value, first):
+    if first:
+        adjoint[j, k] = value
+    else:
+        adjoint[j, k] += value
+
+
+@njit(cache=True, error_model="numpy")
+def small_rows_reverse_columns(operands):
+    """reverse_sweep with K > 1 columns over rows r0, r0-1, ... while they are elementwise rows of at most SMALL
+    entries, each rule inlined per entry (no views); the first row that is not (-1: none). A loop of its own,
+    called through its address once per stretch of such rows: inlined into the sweeps, these rules were 3 s of a
+    cold replay or reverse sweep's compile."""
+    code, r0, slots, iattr, fattr, arena, adjoint, written = operands
+    K = adjoint.shape[1]
+    for r in range(r0, -1, -1):
+        op = code[r, oc.OP]
+        size = slots[code[r, oc.OUT], oc.SIZE]
+        if size > SMALL or op > oc.BINARY_LAST:
+            return r
+        if not written[code[r, oc.OUT]]:
+            continue
+        a = code[r, oc.ATTR]
+        o = code[r, oc.OUT_OFF]
+        go = code[r, oc.OUT_ADJ]
+        i0 = code[r, oc.IN0_OFF]
+        j0 = code[r, oc.IN0_ADJ]
+        first0 = j0 >= 0 and not written[code[r, oc.IN0]]
+        if j0 >= 0:
+            written[code[r, oc.IN0]] = True
+        if op <= oc.UNARY_LAST:
+            if j0 >= 0:
+                p0, p1 = params(op, iattr, fattr, a)
+                for e in range(size):
+                    d = unary_derivative(op, arena[i0 + e], arena[o + e], p0, p1)
+                    for k in range(K):
+                        _accumulate(adjoint, j0 + e, k, adjoint[go + e, k] * d, first0)
+            continue
+        i1 = code[r, oc.IN1_OFF]
+        j1 = code[r, oc.IN1_ADJ]
+        # x * x: the second input's rows are the first's, just set (first1 False)
+        first1 = j1 >= 0 and not written[code[r, oc.IN1]]
+        if j1 >= 0:
+            written[code[r, oc.IN1]] = True
+        for e in range(size):
+            da, db = binary_partials(op, arena[i0 + e], arena[i1 + e], arena[o + e])
+            for k in range(K):
+                g = adjoint[go + e, k]
+                if j0 >= 0:
+                    _accumulate(adjoint, j0 + e, k, g * da, first0)
+                if j1 >= 0:
+                    _accumulate(adjoint, j1 + e, k, g * db, first1)
+    return -1
+
+
 @njit(cache=True, error_model="numpy")
 def small_rows_reverse(operands):
     """reverse_sweep with one column over rows r0, r0-1, ... while they are small rows (small_row) or SLICE/PLACE
@@ -938,46 +991,10 @@ def small_rows_reverse(operands):
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, row_kernels):
-    """reverse_sweep's work for row r (row_kernels: see _reverse_rows)."""
-    K = adjoint.shape[1]
+    """reverse_sweep's work for row r (row_kernels: see _reverse_rows): its row kernel, through its address."""
     if not written[code[r, oc.OUT]]:
         return
-    op = code[r, oc.OP]
-    a = code[r, oc.ATTR]
-    size = slots[code[r, oc.OUT], oc.SIZE]
-    o = code[r, oc.OUT_OFF]
-    go = code[r, oc.OUT_ADJ]
-    if size <= SMALL and op <= oc.BINARY_LAST:
-        # small arrays with K > 1 columns (K = 1 takes the scalar loops): no views, the rule inlined per element
-        i0 = code[r, oc.IN0_OFF]
-        j0 = code[r, oc.IN0_ADJ]
-        first0 = j0 >= 0 and not written[code[r, oc.IN0]]
-        if j0 >= 0:
-            written[code[r, oc.IN0]] = True
-        if op <= oc.UNARY_LAST:
-            if j0 >= 0:
-                p0, p1 = params(op, iattr, fattr, a)
-                for e in range(size):
-                    d = unary_derivative(op, arena[i0 + e], arena[o + e], p0, p1)
-                    for k in range(K):
-                        _accumulate(adjoint, j0 + e, k, adjoint[go + e, k] * d, first0)
-        else:
-            i1 = code[r, oc.IN1_OFF]
-            j1 = code[r, oc.IN1_ADJ]
-            # x * x: the second input's rows are the first's, just set (first1 False)
-            first1 = j1 >= 0 and not written[code[r, oc.IN1]]
-            if j1 >= 0:
-                written[code[r, oc.IN1]] = True
-            for e in range(size):
-                da, db = binary_partials(op, arena[i0 + e], arena[i1 + e], arena[o + e])
-                for k in range(K):
-                    g = adjoint[go + e, k]
-                    if j0 >= 0:
-                        _accumulate(adjoint, j0 + e, k, g * da, first0)
-                    if j1 >= 0:
-                        _accumulate(adjoint, j1 + e, k, g * db, first1)
-        return
-    sets = sets_first_write(op, K, code[r, oc.IN0] != code[r, oc.IN1])
+    sets = sets_first_write(code[r, oc.OP], adjoint.shape[1], code[r, oc.IN0] != code[r, oc.IN1])
     assign0 = assign1 = False
     for c in range(oc.IN0, oc.IN2 + 1):
         s = code[r, c]
@@ -1088,9 +1105,10 @@ def planned_temps(code, iattr):
 # scalar loops (each called once per stretch of rows: compiled once per dtype, not into every sweep).
 ADDRESSED_KERNELS = REVERSE_ROW_KERNELS + FORWARD_ROW_KERNELS + (
     fused_forward, fused_reverse, scalar_rows_forward, scalar_run_forward, scalar_rows_reverse, small_rows_reverse,
-    scalar_run_reverse, logsumexp_reverse_from_stash)
+    scalar_run_reverse, logsumexp_reverse_from_stash, small_rows_reverse_columns)
 FORWARD_FIRST = len(REVERSE_ROW_KERNELS)
 (FUSED_FORWARD, FUSED_REVERSE, SCALAR_ROWS_FORWARD, SCALAR_RUN_FORWARD, SCALAR_ROWS_REVERSE, SMALL_ROWS_REVERSE,
- SCALAR_RUN_REVERSE, LOGSUMEXP_FROM_STASH) = range(FORWARD_FIRST + len(FORWARD_ROW_KERNELS), len(ADDRESSED_KERNELS))
+ SCALAR_RUN_REVERSE, LOGSUMEXP_FROM_STASH, SMALL_ROWS_REVERSE_COLUMNS) = range(
+    FORWARD_FIRST + len(FORWARD_ROW_KERNELS), len(ADDRESSED_KERNELS))
 # per opcode, its forward row kernel's row in the table
 FORWARD_KERNEL_OF = FORWARD_FIRST + _kinds_of_opcodes(FORWARD_KINDS, {"compare": "binary", "sum": "sum"})

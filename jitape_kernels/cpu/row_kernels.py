@@ -33,7 +33,8 @@ from .addressed import plain, signature_key
 from .interpreter import (ADDRESSED_KERNELS, FORWARD_FIRST, FORWARD_KERNEL_OF, FORWARD_ROW_KERNELS, FUSED_FORWARD,
                           FUSED_REVERSE, LOGSUMEXP_FROM_STASH, REVERSE_KERNEL_OF, REVERSE_ROW_KERNELS,
                           SCALAR_ROWS_FORWARD, SCALAR_ROWS_REVERSE, SCALAR_RUN_FORWARD, SCALAR_RUN_REVERSE, SMALL,
-                          SMALL_ROWS_REVERSE, forward_operands, replay_sweep, row_operands, small_rows)
+                          SMALL_ROWS_REVERSE, SMALL_ROWS_REVERSE_COLUMNS, forward_operands, replay_sweep,
+                          row_operands, small_rows)
 from .tangents import (SECOND_ORDER_FIRST, SECOND_ORDER_KERNEL_OF, SECOND_ORDER_ROW_KERNELS, TANGENT_FIRST,
                        TANGENT_ROW_KERNELS, second_order_operands, tangent_operands)
 from .workspace import new_work
@@ -107,6 +108,9 @@ SECOND_ORDER = AddressedGroup(
     lambda code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, temps, homes: (
         code, _ROW, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, _WRITTEN, temps, homes),
     second_order_operands)
+SMALL_ROWS_REVERSE_COLUMNS_GROUP = _single(
+    SMALL_ROWS_REVERSE_COLUMNS, lambda code, slots, iattr, fattr, arena, adjoint: (
+        code, _ROW, slots, iattr, fattr, arena, adjoint, _WRITTEN), _ROW)
 LOGSUMEXP_FROM_STASH_GROUP = _single(LOGSUMEXP_FROM_STASH, lambda code, slots, iattr, flat, scratch: (
     code, _ROW, slots, iattr, flat, _WRITTEN, scratch))
 
@@ -131,7 +135,16 @@ def reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every
     return [(REVERSE, (code, slots, iattr, fattr, arena, adjoint, temps, homes),
              _wanted(REVERSE, needed_reverse_kernels(code, slots, every_row), every_kernel)),
             (SCALAR_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat), [0]),
-            (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, None), [0])]
+            (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, None), [0]),
+            _columns_need(code, slots, iattr, fattr, arena, adjoint, not every_row, every_kernel)]
+
+
+def _columns_need(code, slots, iattr, fattr, arena, adjoint, runs_small_rows, every_kernel):
+    """The need of small_rows_reverse_columns, which reverse_sweep and the replay's gradient steps run with K > 1
+    columns (runs_small_rows: the table is theirs, not the second-order or per-example sweep's, which run every
+    row's kernel; every_kernel: as the warmup takes)."""
+    return (SMALL_ROWS_REVERSE_COLUMNS_GROUP, (code, slots, iattr, fattr, arena, adjoint),
+            [0] if runs_small_rows and adjoint.shape[1] > 1 or every_kernel else [])
 
 
 def tangent_kernels(code, slots, iattr, fattr, arena, tangent, temps, homes, sweep=None):
@@ -191,6 +204,7 @@ def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
         (FORWARD, (code, slots, iattr, fattr, arena, temps), needed_forward_kernels(code[outside], slots)),
         (REVERSE, (step_code, slots, iattr, fattr, arena, adjoint, temps, _NO_HOMES),
          needed_reverse_kernels(step_code, slots)),
+        _columns_need(step_code, slots, iattr, fattr, arena, adjoint, True, every_kernel),
         (FUSED_FORWARD_GROUP, (code, slots, iattr, fattr, arena, places, scratch), [0] if not outside.all() else []),
         (FUSED_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, step_places, scratch, step_scalars, kernels,
                                kernel_args), [0] if (step_groups > 1).any() else []),
@@ -215,8 +229,8 @@ def _called_kinds(code, called, kernel_of, count):
 
 def needed_reverse_kernels(code, slots, every_row=False):
     """The REVERSE_ROW_KERNELS indices whose kernels reverse_sweep may call for `code`: every row's but the
-    elementwise rows of at most SMALL entries (with K > 1 columns too, the sweep runs them inline); every_row:
-    every row's."""
+    elementwise rows of at most SMALL entries (the scalar loops run them, and small_rows_reverse_columns with K > 1
+    columns); every_row: every row's (the second-order and per-example sweeps')."""
     called = (code[:, oc.OP] > oc.BINARY_LAST) | (slots[code[:, oc.OUT], oc.SIZE] > SMALL) | every_row
     return _called_kinds(code, called, REVERSE_KERNEL_OF, len(REVERSE_ROW_KERNELS))
 

@@ -276,10 +276,10 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
 @njit(cache=True, error_model="numpy", inline="always")
 def second_order_operands(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, temps, homes):
     """Row r's operands as every second-order row kernel takes them: (op, its attribute block, iattr, fattr, temps,
-    the one-column cotangents `adjoint` and g (its entries, 1-D), tangent, adjoint_tangent, the values of the output and inputs 0 and 1
-    (input 0's where there is no input 1), the adjoint rows of the output and inputs 0 and 1 (-1: inactive), the
-    sizes of the output and inputs 0 and 1, whether inputs 0 and 1 have tangents that can be nonzero (see
-    live_tangents))."""
+    the one-column cotangents `adjoint` and g (its entries, 1-D), tangent, adjoint_tangent, the values of the
+    output and inputs 0 and 1 (input 0's where there is no input 1), the adjoint rows of the output and inputs 0
+    and 1 (-1: inactive), the sizes of the output and inputs 0 and 1, whether inputs 0 and 1 have tangents that
+    can be nonzero (see live_tangents))."""
     size = slots[code[r, oc.OUT], oc.SIZE]
     n0 = slots[code[r, oc.IN0], oc.SIZE]
     x = value_of(arena, homes, code[r, oc.IN0], code[r, oc.IN0_OFF], n0)
