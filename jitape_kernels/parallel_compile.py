@@ -64,10 +64,11 @@ def ready(pairs):
     dispatches on) in this process; those neither compiled here yet nor in the cache, when more than one and
     jobs() > 1, compiled by worker processes first."""
     pairs = [(d, tuple(s)) for d, s in pairs if hasattr(d, "compile")]     # not with NUMBA_DISABLE_JIT
-    missing = [(d, s) for d, s in pairs if s not in d.overloads and cache_lacks(d, s) and _importable(d)]
-    workers = min(jobs(), len(missing))
-    if workers > 1 and sys.executable:
-        _compile_in_workers(missing, workers)
+    # a frozen application's executable is the application, not a Python that runs `-c`
+    if jobs() > 1 and sys.executable and not getattr(sys, "frozen", False):
+        missing = [(d, s) for d, s in pairs if s not in d.overloads and cache_lacks(d, s) and _importable(d)]
+        if len(missing) > 1:
+            _compile_in_workers(missing, min(jobs(), len(missing)))
     for dispatcher, signature in pairs:
         dispatcher.compile(signature)
 

@@ -767,13 +767,8 @@ def scalar_rows_reverse(operands):
             return r
         if not written[code[r, oc.OUT]]:
             continue
-        o = code[r, oc.OUT_OFF]
-        g = flat[code[r, oc.OUT_ADJ]]
-        i0 = code[r, oc.IN0_OFF]
-        j0 = code[r, oc.IN0_ADJ]
-        first0 = j0 >= 0 and not written[code[r, oc.IN0]]
-        if j0 >= 0:
-            written[code[r, oc.IN0]] = True
+        o, go, i0, j0, first0 = _row_start(code, r, written)
+        g = flat[go]
         if op <= oc.UNARY_LAST:
             if j0 >= 0:
                 p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
@@ -783,12 +778,7 @@ def scalar_rows_reverse(operands):
                 else:
                     flat[j0] += g * d
             continue
-        i1 = code[r, oc.IN1_OFF]
-        j1 = code[r, oc.IN1_ADJ]
-        # x * x: the second input's row is the first's, just set (first1 False)
-        first1 = j1 >= 0 and not written[code[r, oc.IN1]]
-        if j1 >= 0:
-            written[code[r, oc.IN1]] = True
+        i1, j1, first1 = _input_rows(code, r, 1, written)
         da, db = binary_partials(op, arena[i0], arena[i1], arena[o])
         if j0 >= 0:
             if first0:
@@ -858,6 +848,25 @@ def _starts_run_overload(scalars, r):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _input_rows(code, r, c, written):
+    """Row r's input c (0 or 1): its arena offset, its adjoint row (-1: inactive) and whether the row writes its
+    rows first (they are then marked written; x * x: the second input's rows are the first's, just set, so not
+    first for it)."""
+    j = code[r, oc.IN0_ADJ + c]
+    first = j >= 0 and not written[code[r, oc.IN0 + c]]
+    if j >= 0:
+        written[code[r, oc.IN0 + c]] = True
+    return code[r, oc.IN0_OFF + c], j, first
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _row_start(code, r, written):
+    """Row r's output arena offset and adjoint row, then input 0's _input_rows."""
+    i0, j0, first0 = _input_rows(code, r, 0, written)
+    return code[r, oc.OUT_OFF], code[r, oc.OUT_ADJ], i0, j0, first0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _accumulate(adjoint, j, k, value, first):
     if first:
         adjoint[j, k] = value
@@ -880,28 +889,16 @@ def small_rows_reverse_columns(operands):
             return r
         if not written[code[r, oc.OUT]]:
             continue
-        a = code[r, oc.ATTR]
-        o = code[r, oc.OUT_OFF]
-        go = code[r, oc.OUT_ADJ]
-        i0 = code[r, oc.IN0_OFF]
-        j0 = code[r, oc.IN0_ADJ]
-        first0 = j0 >= 0 and not written[code[r, oc.IN0]]
-        if j0 >= 0:
-            written[code[r, oc.IN0]] = True
+        o, go, i0, j0, first0 = _row_start(code, r, written)
         if op <= oc.UNARY_LAST:
             if j0 >= 0:
-                p0, p1 = params(op, iattr, fattr, a)
+                p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
                 for e in range(size):
                     d = unary_derivative(op, arena[i0 + e], arena[o + e], p0, p1)
                     for k in range(K):
                         _accumulate(adjoint, j0 + e, k, adjoint[go + e, k] * d, first0)
             continue
-        i1 = code[r, oc.IN1_OFF]
-        j1 = code[r, oc.IN1_ADJ]
-        # x * x: the second input's rows are the first's, just set (first1 False)
-        first1 = j1 >= 0 and not written[code[r, oc.IN1]]
-        if j1 >= 0:
-            written[code[r, oc.IN1]] = True
+        i1, j1, first1 = _input_rows(code, r, 1, written)
         for e in range(size):
             da, db = binary_partials(op, arena[i0 + e], arena[i1 + e], arena[o + e])
             for k in range(K):
@@ -940,13 +937,7 @@ def small_rows_reverse(operands):
                 return r
         if not written[code[r, oc.OUT]]:
             continue
-        o = code[r, oc.OUT_OFF]
-        go = code[r, oc.OUT_ADJ]
-        i0 = code[r, oc.IN0_OFF]
-        j0 = code[r, oc.IN0_ADJ]
-        first0 = j0 >= 0 and not written[code[r, oc.IN0]]
-        if j0 >= 0:
-            written[code[r, oc.IN0]] = True
+        o, go, i0, j0, first0 = _row_start(code, r, written)
         if op == oc.TILE:           # a scalar broadcast: its entries' cotangents summed (as shape.tile_linear sums)
             if j0 >= 0:
                 total = reduction.lane_sum(flat, go, size)
@@ -973,12 +964,7 @@ def small_rows_reverse(operands):
                     _put(flat, j0 + e, flat[go + e] * unary_derivative(op, arena[i0 + e], arena[o + e], p0, p1),
                          first0)
             continue
-        i1 = code[r, oc.IN1_OFF]
-        j1 = code[r, oc.IN1_ADJ]
-        # x * x: the second input's rows are the first's, just set (first1 False)
-        first1 = j1 >= 0 and not written[code[r, oc.IN1]]
-        if j1 >= 0:
-            written[code[r, oc.IN1]] = True
+        i1, j1, first1 = _input_rows(code, r, 1, written)
         for e in range(size):
             g = flat[go + e]
             da, db = binary_partials(op, arena[i0 + e], arena[i1 + e], arena[o + e])
