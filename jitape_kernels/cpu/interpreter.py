@@ -767,8 +767,13 @@ def scalar_rows_reverse(operands):
             return r
         if not written[code[r, oc.OUT]]:
             continue
-        o, go, i0, j0, first0 = _row_start(code, r, written)
-        g = flat[go]
+        o = code[r, oc.OUT_OFF]
+        g = flat[code[r, oc.OUT_ADJ]]
+        i0 = code[r, oc.IN0_OFF]
+        j0 = code[r, oc.IN0_ADJ]
+        first0 = j0 >= 0 and not written[code[r, oc.IN0]]
+        if j0 >= 0:
+            written[code[r, oc.IN0]] = True
         if op <= oc.UNARY_LAST:
             if j0 >= 0:
                 p0, p1 = params(op, iattr, fattr, code[r, oc.ATTR])
@@ -778,7 +783,12 @@ def scalar_rows_reverse(operands):
                 else:
                     flat[j0] += g * d
             continue
-        i1, j1, first1 = _input_rows(code, r, 1, written)
+        i1 = code[r, oc.IN1_OFF]
+        j1 = code[r, oc.IN1_ADJ]
+        # x * x: the second input's row is the first's, just set (first1 False)
+        first1 = j1 >= 0 and not written[code[r, oc.IN1]]
+        if j1 >= 0:
+            written[code[r, oc.IN1]] = True
         da, db = binary_partials(op, arena[i0], arena[i1], arena[o])
         if j0 >= 0:
             if first0:
@@ -852,18 +862,19 @@ def _input_rows(code, r, c, written):
     """Row r's input c (0 or 1): its arena offset, its adjoint row (-1: inactive) and whether the row writes its
     rows first (they are then marked written; x * x: the second input's rows are the first's, just set, so not
     first for it)."""
-    j = code[r, oc.IN0_ADJ + c]
-    first = j >= 0 and not written[code[r, oc.IN0 + c]]
-    if j >= 0:
-        written[code[r, oc.IN0 + c]] = True
-    return code[r, oc.IN0_OFF + c], j, first
+    i, j, s = code[r, oc.IN0_OFF + c], code[r, oc.IN0_ADJ + c], code[r, oc.IN0 + c]
+    first = j >= 0 and not written[s]
+    if j >= 0:      # after the loads: a store to `written` makes the compiler load `code` again after it
+        written[s] = True
+    return i, j, first
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _row_start(code, r, written):
     """Row r's output arena offset and adjoint row, then input 0's _input_rows."""
+    o, go = code[r, oc.OUT_OFF], code[r, oc.OUT_ADJ]
     i0, j0, first0 = _input_rows(code, r, 0, written)
-    return code[r, oc.OUT_OFF], code[r, oc.OUT_ADJ], i0, j0, first0
+    return o, go, i0, j0, first0
 
 
 @njit(cache=True, error_model="numpy", inline="always")
