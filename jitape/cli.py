@@ -85,9 +85,9 @@ def _progress(done, total, label, stream, width=30):
     stream.flush()
 
 
-# The default number of warmup processes: the replay sweeps (two of 25 steps, ~a quarter of a warmup's compile
-# time, as they compile the forward and reverse kernels they call) bound it, so more than four processes would
-# only compile the same kernels side by side, ~1 GB of memory each
+# The default number of warmup processes: its longest steps (each dtype's forward and reverse row kernels, ~30 s
+# each on one core) bound it, so more than four processes would mostly compile the same shared callees side by
+# side, ~1 GB of memory each
 WARMUP_JOBS = 4
 
 

@@ -92,11 +92,11 @@ def _eager_steps(dtype):
 def warmup_steps():
     """(name, callable) pairs that compile and cache every CPU entry point for float32 and float64.
 
-    numba compiles a whole function per argument-type signature, so an empty
-    Program of each dtype compiles every kernel the interpreter can reach. The
-    longest steps come first, the two dtypes' side by side, so that a parallel
-    warmup starts them at once (the replay sweep, the longest, compiles the
-    forward and reverse kernels it calls; the planning steps are the shortest).
+    numba compiles a whole function per argument-type signature: an empty
+    Program of each dtype compiles each sweep, and every kernel of the tables
+    the sweeps take (row_kernels' groups) is compiled for the arrays they pass.
+    The two dtypes' steps come side by side, so that a parallel warmup starts
+    them at once; the planning steps, the shortest, last.
     """
     per_dtype = [_dtype_steps(dtype) for dtype in (np.float32, np.float64)]
     return [step for pair in zip(*per_dtype) for step in pair] + _planning_steps()
