@@ -120,7 +120,7 @@ class CPU(Backend):
     def reverse(self, program, adjoint, written):
         temps = self._temps(program, adjoint.shape[1])
         k = self._kernels
-        # K > 1 columns run every row's kernel (K = 1 runs small rows in the scalar loops): a table each
+        # a table for one column and one for K > 1 (their small rows run in different loop kernels)
         return _with_table(program, ("row kernels", adjoint.shape[1] > 1), k.reverse_sweep, (
             program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written, program.homes,
             temps), lambda sweep: k.reverse_kernels(program.code, program.slots, program.iattr, program.fattr,

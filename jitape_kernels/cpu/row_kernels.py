@@ -9,17 +9,17 @@ user's 42 s first `jitape demo`) whatever its Program held, and a cold replay
 sweep every family's forward and reverse kernels (70 s), a cold tangent sweep
 every family's tangent kernels (27 s). These sweeps instead call each row's
 kernel (KERNELS: a forward, a reverse and a tangent row kernel per op family,
-the fused groups' block kernels, and the scalar loops, called once per stretch
-of scalar or small rows) through a table of
-addresses that the caller fills for the kernels its Program uses
+a second-order one per family with second-order terms, the fused groups' block
+kernels, and the loops called once per stretch of scalar or small rows) through
+a table of addresses that the caller fills for the kernels its Program uses
 (kernel_table): compiled or loaded once per signature, and only those, each
 once for every sweep. The call goes through addressed.call_at, which checks
 the key of the signature each address was compiled for.
 
 The kernels come in groups (AddressedGroup), each of one signature: the type of
 the tuple of operands a sweep passes them (interpreter.row_operands',
-forward_operands' and tangents.tangent_operands' for the row kernels, worked
-out by compiling them for the arrays the sweep passes).
+forward_operands', tangents.tangent_operands' and second_order_operands' for
+the row kernels, worked out by compiling them for the arrays the sweep passes).
 """
 import threading
 from typing import Callable, NamedTuple
@@ -173,8 +173,8 @@ def second_order_needs(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
                        every_kernel=False):
     """kernel_table's needs for second_order_kernels' second-order row kernels (every_kernel: every kernel of the
     group, as the warmup takes)."""
-    rows = SECOND_ORDER_KERNEL_OF[code[:, oc.OP]]
-    kinds = sorted(set((rows[rows >= 0] - SECOND_ORDER_FIRST).tolist()))
+    kinds = _called_kinds(code, SECOND_ORDER_KERNEL_OF[code[:, oc.OP]] >= 0,
+                          SECOND_ORDER_KERNEL_OF - SECOND_ORDER_FIRST, len(SECOND_ORDER_ROW_KERNELS))
     return [(SECOND_ORDER, (code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, temps, homes),
              _wanted(SECOND_ORDER, kinds, every_kernel))]
 
