@@ -41,19 +41,31 @@ def reverse(program, seeds, runner=None, complete=False, out=None):
     """Adjoint buffer [adjoint_size, K] (`out`, or a workspace buffer) after one sweep on `runner` (default: the
     current backend); seeds[i] is target i's [size, K] cotangent block. The sources' rows hold their
     cotangents (every active slot's rows with `complete`)."""
-    K = next((s.shape[1] for s in seeds if s is not None), 1)
+    K = 1
+    for seed in seeds:
+        if seed is not None:
+            K = seed.shape[1]
+            break
     adjoint = _adjoint(program, K) if out is None else out
     written = np.zeros(program.slots.shape[0], np.bool_)
-    for slot, seed in zip(program.targets.tolist(), seeds):
-        if slot >= 0 and seed is not None:
-            row = program.adjoint_rows[slot]
-            if row >= 0:
-                if written[slot]:       # a target listed twice: its seeds add up
-                    adjoint[row:row + seed.shape[0]] += seed
-                else:
-                    adjoint[row:row + seed.shape[0]] = seed
-                    written[slot] = True
+    for (slot, row), seed in zip(_target_rows(program), seeds):
+        if row >= 0 and seed is not None:
+            if written[slot]:       # a target listed twice: its seeds add up
+                adjoint[row:row + seed.shape[0]] += seed
+            else:
+                adjoint[row:row + seed.shape[0]] = seed
+                written[slot] = True
     return _sweep(program, adjoint, written, runner, complete)
+
+
+def _target_rows(program):
+    """Per target, (slot, adjoint row), the row -1 where the target is not recorded or not active: planned once
+    per Program (its memo)."""
+    rows = program.memo.get("target rows")
+    if rows is None:
+        rows = program.memo["target rows"] = [(slot, int(program.adjoint_rows[slot]) if slot >= 0 else -1)
+                                              for slot in program.targets.tolist()]
+    return rows
 
 
 def _unit_cotangents(program):
@@ -190,15 +202,22 @@ def source_gradients(program, seeds, sources):
     blocks = _unit_blocks(program) if seeds is None else [
         None if s is None else np.asarray(s._value if isinstance(s, Tensor) else s).reshape(-1, 1) for s in seeds]
     kept = program.keeps_cotangents and _unit_seed(program, blocks)
-    adjoint = _unit_cotangents(program) if kept else reverse(program, blocks)
-    # large gradients are read-only views of a workspace adjoint (it is not reused while they live: _Workspace),
-    # not copies, where that pins at most LENT_PER_GRADIENT times their entries; kept cotangents are copied
-    lend = not kept and LENT_PER_GRADIENT * sum(s.size for s in sources if s is not None) >= adjoint.size
+    # gradients are read-only views of the adjoint, not copies, where that pins at most LENT_PER_GRADIENT times
+    # their entries: large ones of the workspace's (it is not reused while they live: _Workspace), every one of
+    # a small adjoint of their own (np.empty costs less than the workspace's and a copy); kept cotangents are
+    # copied
+    lend = not kept and LENT_PER_GRADIENT * _source_entries(program) >= program.adjoint_size
+    own = lend and program.adjoint_size < VIEWS_FROM
+    if kept:
+        adjoint = _unit_cotangents(program)
+    else:
+        adjoint = reverse(program, blocks, out=np.empty((program.adjoint_size, 1), program.dtype) if own else None)
     grads = []
     for s, block in zip(sources, source_blocks(program, adjoint)):
         if block is None:
             grads.append(None)
-        elif lend and block.size >= VIEWS_FROM and block.dtype == s.dtype:
+        elif (own or lend and block.size >= VIEWS_FROM) and block.dtype == s.dtype and s.shape:  # (a scalar's
+            # value is a numpy scalar, not a view)
             value = block[:, 0].reshape(s.shape)
             value.flags.writeable = False
             grads.append(Tensor(value))
@@ -208,6 +227,15 @@ def source_gradients(program, seeds, sources):
 
 
 LENT_PER_GRADIENT = 8
+
+
+def _source_entries(program):
+    """The sources' entries, in all: planned once per Program (its memo)."""
+    entries = program.memo.get("source entries")
+    if entries is None:
+        entries = program.memo["source entries"] = sum(int(program.slots[s, oc.SIZE]) for s in program.sources.tolist()
+                                                       if s >= 0)
+    return entries
 
 
 def _columns_per_sweep(program, n, buffers=1):

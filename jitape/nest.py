@@ -3,6 +3,8 @@
 
 def flatten(structure):
     """The leaves of `structure` in a fixed order (dict entries by sorted key, as TensorFlow's nest)."""
+    if not isinstance(structure, _NESTS):      # one leaf (a tensor): the commonest, at once
+        return [structure]
     if _flat_sequence(structure):       # the common nest, at once
         return list(structure)
     leaves = []
@@ -40,6 +42,8 @@ def _sort_key(key):
 
 def pack_like(structure, leaves):
     """Rebuild `structure`'s shape with `leaves` (as returned in flatten's order)."""
+    if not isinstance(structure, _NESTS):
+        return leaves[0]
     if _flat_sequence(structure) and len(structure) == len(leaves):     # at once
         return list(leaves) if type(structure) is list else tuple(leaves)
     it = iter(leaves)

@@ -157,6 +157,7 @@ _SCALARS_ONE_BY_ONE = 16
 
 
 NO_HOMES = np.zeros(0, np.int64)
+NO_FLOAT_ATTRIBUTES = np.zeros(0, np.float64)     # shared: nothing can write an entry of it
 # below this a value's copy (in cache: ~10 us for 40,000 float64) costs less than reading it where it lives
 # (its address ~2 us, a run of the arena's fill more)
 HOME_MIN_ENTRIES = 1 << 16      # above the CPU scalar loops' SMALL rows, which read the arena directly
@@ -192,8 +193,8 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
     values holds them, and recorded values are never written in place); complete() copies them in before a
     Program is handed out.
     """
-    target_slots = tuple(_slot_if_tracked(tape, t) for t in targets)
-    source_slots = tuple(_slot_if_tracked(tape, s) for s in sources)
+    target_slots = tuple([_slot_if_tracked(tape, t) for t in targets])
+    source_slots = tuple([_slot_if_tracked(tape, s) for s in sources])
     aliases = tuple(tuple(tape._aliases.get(s._id, ())) for s in sources) if tape._aliases else ((),) * len(sources)
     if not tape._persistent:
         return _lower(tape, target_slots, source_slots, aliases, allocate, reads)
@@ -263,7 +264,7 @@ def _lower(tape, target_slots, source_slots, aliases, allocate, reads):
     home_slots = (_home_slots(tape._values, slots, planned.array_slots, planned.dtype)
                   if reads != READS_ALL and planned.arena_size >= HOME_MIN_ENTRIES else [])
     arena = fill_arena(tape._values, slots, planned.fill, planned.arena_size, planned.dtype, allocate, home_slots)
-    fattr = np.frombuffer(tape._fattr, np.float64).copy()
+    fattr = np.frombuffer(tape._fattr, np.float64).copy() if tape._fattr else NO_FLOAT_ATTRIBUTES
     program = Program(planned.code, slots, planned.iattr, fattr, arena, planned.adjoint_rows, planned.adjoint_size,
                       planned.targets, planned.sources, planned.source_aliases, memo=planned.memo)
     if home_slots:

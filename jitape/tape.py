@@ -56,13 +56,16 @@ class GradientTape(Recording):
                               f"(float32 or float64), got {s.dtype}; its gradient is None", stacklevel=2)
         # inside jt.function traces the compiled sweep may still run: a trace records it as one gradient step
         # of its Program (see replay.Concrete), unless a trace is to be differentiated itself
-        traces = [t for t in _state.recording if t._is_trace]
-        if traces and (len(targets) != 1 or output_gradients is not None or self._is_trace
+        recording = _state.recording
+        traces = [t for t in recording if t._is_trace] if recording else ()
+        if not recording:                   # outside every tape (the common case): nothing tracks the derivative
+            must_record = False
+        elif traces and (len(targets) != 1 or output_gradients is not None or self._is_trace
                        or not all(t.compiled_gradients for t in traces)
                        or any(s._id in self._aliases for s in float_sources)):    # a variable read, assigned, read
             must_record = self._must_record(seeds or ())
         else:
-            must_record = self._must_record(seeds or (), [t for t in _state.recording if not t._is_trace])
+            must_record = self._must_record(seeds or (), [t for t in recording if not t._is_trace])
         if must_record:
             found = recorded.gradient(self, targets, seeds or _seed_list(targets, None), float_sources)
         else:
@@ -70,13 +73,14 @@ class GradientTape(Recording):
             found = source_gradients(program, seeds, float_sources)
             for trace in traces:
                 trace.record_gradient(targets[0], float_sources, found)
-        by_id = dict(zip((s._id for s in float_sources), found))
-        results = []
-        for s in flat_sources:
-            g = by_id.get(s._id)
-            if g is None and unconnected is UnconnectedGradients.ZERO and s.dtype.kind == "f":
-                g = Tensor(np.zeros_like(s._value)[()])
-            results.append(g)
+        if len(found) == len(flat_sources):        # every source float: found lines up with them
+            results = found
+        else:
+            by_id = dict(zip((s._id for s in float_sources), found))
+            results = [by_id.get(s._id) for s in flat_sources]
+        if unconnected is UnconnectedGradients.ZERO:
+            results = [Tensor(np.zeros_like(s._value)[()]) if g is None and s.dtype.kind == "f" else g
+                       for s, g in zip(flat_sources, results)]
         self._release_if_used_up()
         return nest.pack_like(sources, results)
 
