@@ -202,10 +202,10 @@ def source_gradients(program, seeds, sources):
     blocks = _unit_blocks(program) if seeds is None else [
         None if s is None else np.asarray(s._value if isinstance(s, Tensor) else s).reshape(-1, 1) for s in seeds]
     kept = program.keeps_cotangents and _unit_seed(program, blocks)
-    # gradients are read-only views of the adjoint, not copies, where that pins at most LENT_PER_GRADIENT times
-    # their entries: large ones of the workspace's (it is not reused while they live: _Workspace), every one of
-    # a small adjoint of their own (np.empty costs less than the workspace's and a copy); kept cotangents are
-    # copied
+    # gradients are views of the adjoint, not copies, where that pins at most LENT_PER_GRADIENT times their
+    # entries: large ones read-only views of the workspace's (it is not reused while they live: _Workspace),
+    # every one of a small adjoint of their own (np.empty costs less than the workspace's and a copy; theirs
+    # alone, so writable as a copy would be); kept cotangents are copied
     lend = not kept and LENT_PER_GRADIENT * _source_entries(program) >= program.adjoint_size
     own = lend and program.adjoint_size < VIEWS_FROM
     if kept:
@@ -216,8 +216,9 @@ def source_gradients(program, seeds, sources):
     for s, block in zip(sources, source_blocks(program, adjoint)):
         if block is None:
             grads.append(None)
-        elif (own or lend and block.size >= VIEWS_FROM) and block.dtype == s.dtype and s.shape:  # (a scalar's
-            # value is a numpy scalar, not a view)
+        elif own and block.dtype == s.dtype and s.shape:       # (a scalar's value is a numpy scalar, not a view)
+            grads.append(Tensor(block[:, 0].reshape(s.shape)))
+        elif lend and block.size >= VIEWS_FROM and block.dtype == s.dtype:
             value = block[:, 0].reshape(s.shape)
             value.flags.writeable = False
             grads.append(Tensor(value))
