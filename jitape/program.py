@@ -137,7 +137,8 @@ def fill_arena(values, slots, fill, size, dtype, allocate, home_slots=()):
     arrays = fill.arrays
     if not home_slots:
         if len(arrays) == 1:        # np.concatenate's setup costs more than the copy of a small value
-            arena[fill.start:fill.stop] = values[arrays[0]].reshape(-1)
+            value = values[arrays[0]]
+            arena[fill.start:fill.stop] = value if value.ndim == 1 else value.reshape(-1)
         elif arrays:
             np.concatenate(list(map(values.__getitem__, arrays)), axis=None, out=arena[fill.start:fill.stop],
                            casting="same_kind")

@@ -121,27 +121,26 @@ class Recording:
         self._programs = {}             # lowered Programs of a persistent tape (program.lower)
 
     # -- context ---------------------------------------------------------------------------
-    def __enter__(self):
-        self._push()
-        return self
-
-    def __exit__(self, *exc):
-        self._pop()
-        return False
-
     def _push(self):
         if self._recording:
             raise ValueError("GradientTape is already recording: a tape cannot be entered twice")
         _state.recording.append(self)
         self._recording = True
+        return self
 
-    def _pop(self):
+    def _pop(self, *exc):
         stack = _state.recording
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i] is self:
-                del stack[i]
-                break
+        if stack and stack[-1] is self:     # the innermost (the common case)
+            del stack[-1]
+        else:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i] is self:
+                    del stack[i]
+                    break
         self._recording = False
+
+    __enter__ = _push       # a method call less per tape
+    __exit__ = _pop         # (returns None: exceptions propagate)
 
     @contextmanager
     def stop_recording(self):
@@ -194,6 +193,8 @@ class Recording:
             self._tracked.add(t._id)
             if isinstance(t, Variable):
                 self._variables[t._id] = t
+            elif t._id not in self._slot_of and t.shape in _slot_rows_by_shape[t._value.itemsize == 8]:
+                self._new_slot(t)       # now: its first reads then take emit's inline path
 
     def watched_variables(self):
         """The variables this tape watches, in the order they were first watched."""
