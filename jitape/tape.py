@@ -273,6 +273,8 @@ def _unconnected_mode(value):
 
 
 def _source_list(sources, method):
+    if isinstance(sources, Tensor):     # one source (the commonest), at once
+        return [sources]
     flat = nest.flatten(sources)
     for i, s in enumerate(flat):
         if not isinstance(s, Tensor):
@@ -282,6 +284,8 @@ def _source_list(sources, method):
 
 
 def _target_list(target):
+    if isinstance(target, Tensor):      # one target (the commonest), at once
+        return [target]
     targets = nest.flatten(target)
     if not targets:
         raise ValueError("GradientTape.gradient: target is empty")
