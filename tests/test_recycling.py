@@ -1,4 +1,5 @@
-"""jitape.recycling: a dead owner's large buffers are handed out again (the last freed first), never while a
+"""jitape.recycling: a dead owner's large buffers are handed out again (the last freed first, for requests they
+fit within a quarter), never while a
 view of them survives, and no more than jt.config.workspace_reuse_bytes of them wait unused; a persistent tape's Programs use it."""
 import gc
 
@@ -33,9 +34,23 @@ def test_a_dead_owners_buffer_is_handed_out_again():
     address = _address(first)
     del owner, first
     gc.collect()
-    again = recycling.take(MB, np.float32)          # half the bytes (within a factor 2), another dtype
-    assert _address(again) == address and again.dtype == np.float32 and again.size == MB
+    again = recycling.take(7 * MB // 4, np.float32)     # 7/8 of the bytes (within a quarter), another dtype
+    assert _address(again) == address and again.dtype == np.float32 and again.size == 7 * MB // 4
     assert recycling._owned == []                    # handed out: no longer waiting
+
+
+def test_a_buffer_more_than_a_quarter_larger_waits_for_a_request_it_fits():
+    # handed out for smaller requests, it would hold budget their workload's own buffers need: a workload whose
+    # buffers all fit the budget then allocated one afresh every call
+    owner = Owner()
+    first = recycling.take(MB, np.float64)
+    recycling.keep(owner, first)
+    address = _address(first)
+    del owner, first
+    gc.collect()
+    smaller = recycling.take(3 * MB // 4, np.float64)
+    assert _address(smaller) != address and len(recycling._owned) == 1
+    assert _address(recycling.take(MB, np.float64)) == address
 
 
 def test_of_buffers_that_fit_alike_the_one_freed_last_is_handed_out_first():
