@@ -514,7 +514,25 @@ def test_a_gradient_lent_from_the_workspace_survives_later_sweeps(n):
         assert g.numpy().flags.writeable       # .numpy() copies
     if n >= jt.tensor.VIEWS_FROM:
         assert not held[0]._value.flags.writeable and held[0]._value.base is not None
+    else:       # views of an adjoint each sweep allocated for itself: writable, as a copy is
+        assert held[0]._value.flags.writeable and held[0]._value.base is not None
+        assert not np.shares_memory(held[0]._value, held[1]._value)
     assert np.array_equal(gradient(xs[0]).numpy(), held[0].numpy())
+
+
+def test_small_gradients_of_one_sweep_are_views_that_do_not_overlap():
+    a, b = jt.constant(np.arange(3.0)), jt.constant(np.arange(4.0))
+    with jt.GradientTape() as tape:
+        tape.watch([a, b])
+        y = jt.reduce_sum(a * a) + jt.reduce_sum(b * 3.0)
+    ga, gb = tape.gradient(y, [a, b])
+    assert ga._value.base is not None and ga._value.base is gb._value.base      # one adjoint, lent
+    ga._value[:] = -1.0         # theirs alone: writing one changes neither the other nor a later gradient
+    np.testing.assert_array_equal(gb.numpy(), [3.0] * 4)
+    with jt.GradientTape() as tape:
+        tape.watch(a)
+        y = jt.reduce_sum(a * a)
+    np.testing.assert_array_equal(tape.gradient(y, a).numpy(), [0.0, 2.0, 4.0])
 
 
 def test_workspace_buffers_are_reused_once_no_gradient_views_them():

@@ -960,3 +960,18 @@ def test_numpy_views_of_a_tensor_cannot_change_recorded_values():
     copy = np.array(x)
     copy[0] = 5.0                                    # np.array copies: free to change
     np.testing.assert_array_equal(tape.gradient(y, x).numpy(), [2.0, 4.0])
+
+
+def test_watch_gives_a_tensor_its_slot_and_a_rank_it_cannot_record_raises_only_when_recorded():
+    x = jt.constant(np.ones((2, 3)))
+    deep = jt.constant(np.ones((1,) * 9))
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        jt.reduce_sum(x)        # the shape's slot row is known from here on
+    with jt.GradientTape() as tape:
+        tape.watch([x, deep])           # x: a slot now (its first reads take emit's inline path); deep: none
+        assert x._id in tape._slot_of and deep._id not in tape._slot_of
+        y = jt.reduce_sum(x * x)
+        with pytest.raises(ValueError, match="rank at most 8"):
+            jt.reduce_sum(deep)
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), 2 * np.ones((2, 3)))
