@@ -27,13 +27,19 @@ def _address(a):
     return a.__array_interface__["data"][0]
 
 
-def test_a_dead_owners_buffer_is_handed_out_again():
+def _freed_buffer():
+    """The address of a 1 MB float64 buffer from take() whose owner is gone (it waits in the pool)."""
     owner = Owner()
     first = recycling.take(MB, np.float64)
     recycling.keep(owner, first)
     address = _address(first)
     del owner, first
     gc.collect()
+    return address
+
+
+def test_a_dead_owners_buffer_is_handed_out_again():
+    address = _freed_buffer()
     again = recycling.take(7 * MB // 4, np.float32)     # 7/8 of the bytes (within a quarter), another dtype
     assert _address(again) == address and again.dtype == np.float32 and again.size == 7 * MB // 4
     assert recycling._owned == []                    # handed out: no longer waiting
@@ -42,12 +48,7 @@ def test_a_dead_owners_buffer_is_handed_out_again():
 def test_a_buffer_more_than_a_quarter_larger_waits_for_a_request_it_fits():
     # handed out for smaller requests, it would hold budget their workload's own buffers need: a workload whose
     # buffers all fit the budget then allocated one afresh every call
-    owner = Owner()
-    first = recycling.take(MB, np.float64)
-    recycling.keep(owner, first)
-    address = _address(first)
-    del owner, first
-    gc.collect()
+    address = _freed_buffer()
     smaller = recycling.take(3 * MB // 4, np.float64)
     assert _address(smaller) != address and len(recycling._owned) == 1
     assert _address(recycling.take(MB, np.float64)) == address
