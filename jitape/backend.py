@@ -118,11 +118,10 @@ class CPU(Backend):
         return workspace.scratch(planned[0] + planned[1] * columns, program.arena.dtype)
 
     def reverse(self, program, adjoint, written):
-        columns = adjoint.shape[1]
-        temps = self._temps(program, columns)
+        temps = self._temps(program, adjoint.shape[1])
         k = self._kernels
         # a table for one column and one for K > 1 (their small rows run in different loop kernels)
-        return _with_table(program, _REVERSE_TABLES[columns > 1], k.reverse_sweep, (
+        return _with_table(program, ("row kernels", adjoint.shape[1] > 1), k.reverse_sweep, (
             program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written, program.homes,
             temps), lambda sweep: k.reverse_kernels(program.code, program.slots, program.iattr, program.fattr,
                                                     program.arena, adjoint, temps, program.homes, False, sweep))
@@ -163,9 +162,6 @@ class CPU(Backend):
             param_adjoint, program.homes, temps), lambda sweep: k.reverse_kernels(
                 code, program.slots, program.iattr, program.fattr, program.arena, row_adjoint, temps, program.homes,
                 True, sweep))
-
-
-_REVERSE_TABLES = (("row kernels", False), ("row kernels", True))      # the memo keys of CPU.reverse's tables
 
 
 def _with_table(program, key, sweep, arrays, table_of):

@@ -57,7 +57,7 @@ class GradientTape(Recording):
         # inside jt.function traces the compiled sweep may still run: a trace records it as one gradient step
         # of its Program (see replay.Concrete), unless a trace is to be differentiated itself
         recording = _state.recording
-        traces = [t for t in recording if t._is_trace] if recording else ()
+        traces = [t for t in recording if t._is_trace]
         if not recording:                   # outside every tape (the common case): nothing tracks the derivative
             must_record = False
         elif traces and (len(targets) != 1 or output_gradients is not None or self._is_trace

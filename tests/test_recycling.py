@@ -1,6 +1,6 @@
 """jitape.recycling: a dead owner's large buffers are handed out again (the last freed first, for requests they
-fit within a quarter), never while a
-view of them survives, and no more than jt.config.workspace_reuse_bytes of them wait unused; a persistent tape's Programs use it."""
+fit within a quarter), never while a view of them survives, and no more than jt.config.workspace_reuse_bytes of
+them wait unused; a persistent tape's Programs use it."""
 import gc
 
 import numpy as np
