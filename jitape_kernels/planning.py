@@ -168,11 +168,6 @@ def plan(records, slot_rows, targets, sources, values, reads):
         if used[s] and not read[s]:
             slots[s, oc.OFFSET] = offset
             offset += slot_rows[s, 0]
-    adjoint_size = 0
-    for s in range(n_slots):
-        if used[s] and need[s] and active[s]:
-            adjoint_rows[s] = adjoint_size
-            adjoint_size += slot_rows[s, 0]
     code = np.full((m, oc.W), -1, np.int64)
     k = 0
     for r in range(n):
@@ -183,9 +178,120 @@ def plan(records, slot_rows, targets, sources, values, reads):
                 s = records[r, 1 + c]
                 if s >= 0:
                     code[k, oc.OUT_OFF + c] = slots[s, oc.OFFSET]
-                    code[k, oc.OUT_ADJ + c] = adjoint_rows[s]
             k += 1
+    for s in range(n_slots):
+        if used[s] and need[s] and active[s]:
+            adjoint_rows[s] = 0     # active: its row is laid out below
+    pinned = np.zeros(n_slots, np.bool_)
+    for s in targets:
+        if s >= 0:
+            pinned[s] = True
+    for s in sources:
+        if s >= 0:
+            pinned[s] = True
+    adjoint_size = adjoint_layout(code, slot_rows[:, 0], adjoint_rows, pinned, reads == READS_FIRST_ORDER)
+    for k in range(m):
+        for c in range(4):
+            s = code[k, oc.OUT + c]
+            if s >= 0:
+                code[k, oc.OUT_ADJ + c] = adjoint_rows[s]
     return code, slots, adjoint_rows, scalar_slots, array_slots, offset, adjoint_size, is_float64
+
+
+# Slots of at least this many entries share adjoint rows (adjoint_layout); smaller ones take rows of their own
+SHARED_ROWS_MIN = 1024
+
+
+@njit(cache=True, error_model="numpy")
+def adjoint_layout(code, sizes, adjoint_rows, pinned, share):
+    """Lay out the adjoint rows of the active slots (adjoint_rows[s] >= 0 on entry; set to each slot's first row)
+    and return the adjoint's size. With `share` (a Program whose sweeps are first-order: reverse sweeps and
+    tangent sweeps, never a second-order sweep that reads every cotangent of an earlier sweep), slots of at least
+    SHARED_ROWS_MIN entries share rows where they are never live at once: a slot's rows are live from the first
+    row of `code` that writes it (its value's tangent, forward) to the last that reads it (where a reverse sweep
+    first writes its cotangent), both included, and the `pinned` slots' (targets, sources: seeded before a sweep
+    or read after it) always. A dead slot's rows hold what another slot left, as a new workspace buffer holds
+    what an earlier sweep left: every sweep writes a slot's rows before it reads them. Rows that never overlap
+    in time thus share memory, and a large sweep reuses rows still in cache (W8's adjoint 1.87 -> 0.83 M
+    entries)."""
+    n_slots = adjoint_rows.shape[0]
+    m = code.shape[0]
+    first = np.full(n_slots, m, np.int64)
+    last = np.full(n_slots, -1, np.int64)
+    for k in range(m):
+        out = code[k, oc.OUT]
+        first[out] = min(first[out], k)
+        for c in range(3):
+            s = code[k, oc.IN0 + c]
+            if s >= 0:
+                last[s] = max(last[s], k)
+    shared = np.zeros(n_slots, np.bool_)
+    size = 0
+    n_shared = 0
+    for s in range(n_slots):
+        if adjoint_rows[s] < 0:
+            continue
+        if share and not pinned[s] and sizes[s] >= SHARED_ROWS_MIN and first[s] < m and first[s] <= last[s]:
+            shared[s] = True
+            n_shared += 1
+        else:
+            adjoint_rows[s] = size
+            size += sizes[s]
+    if n_shared == 0:
+        return size
+    candidates = np.flatnonzero(shared)
+    by_start = candidates[np.argsort(first[candidates], kind="mergesort")]
+    by_end = candidates[np.argsort(last[candidates], kind="mergesort")]
+    # free blocks of the shared region: (start, size), unordered, adjacent ones merged
+    free_start = np.empty(n_shared + 1, np.int64)
+    free_size = np.empty(n_shared + 1, np.int64)
+    n_free = 0
+    top = size          # the shared region's end
+    released = 0
+    for s in by_start:
+        while released < n_shared and last[by_end[released]] < first[s]:
+            n_free = _free(free_start, free_size, n_free, adjoint_rows[by_end[released]], sizes[by_end[released]])
+            released += 1
+        need = sizes[s]
+        best = -1
+        for i in range(n_free):
+            if free_size[i] >= need and (best < 0 or free_size[i] < free_size[best]):
+                best = i
+        if best < 0:
+            for i in range(n_free):         # a free block at the top grows to fit
+                if free_start[i] + free_size[i] == top:
+                    best = i
+                    top += need - free_size[i]
+                    free_size[i] = need
+                    break
+        if best < 0:
+            adjoint_rows[s] = top
+            top += need
+            continue
+        adjoint_rows[s] = free_start[best]
+        free_start[best] += need
+        free_size[best] -= need
+        if free_size[best] == 0:
+            n_free -= 1
+            free_start[best], free_size[best] = free_start[n_free], free_size[n_free]
+    return top
+
+
+@njit(cache=True, error_model="numpy")
+def _free(free_start, free_size, n_free, start, size):
+    """Add the block (start, size) to the n_free blocks, merged with the blocks adjacent to it; the new count."""
+    i = 0
+    while i < n_free:
+        if free_start[i] + free_size[i] == start or start + size == free_start[i]:
+            start, size = min(start, free_start[i]), size + free_size[i]
+            n_free -= 1
+            free_start[i], free_size[i] = free_start[n_free], free_size[n_free]
+            i = 0       # the merged block may now touch one seen before
+            continue
+        i += 1
+    free_start[n_free] = start
+    free_size[n_free] = size
+    return n_free + 1
 
 
 @njit(cache=True, error_model="numpy")
