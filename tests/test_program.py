@@ -16,13 +16,13 @@ from jitape import execute, recycling
 from jitape.program import lower
 from jitape_kernels.cpu.interpreter import SMALL
 from jitape_kernels.cpu.linalg import STACKED_INNER_MAX
-from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
+from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER, SHARED_ROWS_MIN
 
 STEPS = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 10**6)), min_size=1, max_size=12)
 
 
 def _apply(step, seed, pool):
-    """One op on tensors of the pool (all of shape (3, 4) or (4,) or ()); returns a tensor of shape (3, 4)."""
+    """One op on tensors of the pool (all of one shape (3, n)); returns a tensor of that shape."""
     rng = np.random.default_rng(seed)
     a = pool[rng.integers(len(pool))]
     b = pool[rng.integers(len(pool))]
@@ -36,11 +36,11 @@ def _apply(step, seed, pool):
     if step == 3:
         return a * jt.reduce_mean(b, axis=1, keepdims=True)
     if step == 4:
-        return jt.reshape(jt.transpose(a * b, (1, 0)), (3, 4))
+        return jt.reshape(jt.transpose(a * b, (1, 0)), a.shape)
     if step == 5:
         return jt.concat([a[:, :2], jt.exp(-jt.square(b[:, 2:]))], axis=1)
     if step == 6:
-        return jt.matmul(a, jt.transpose(b)) @ jt.ones((3, 4), dtype="float64") * 0.1
+        return jt.matmul(a, jt.transpose(b)) @ jt.ones(a.shape, dtype="float64") * 0.1
     if step == 7:
         return jt.where(a > 0, a * b, b)
     if step == 8:
@@ -138,6 +138,60 @@ def test_sweeps_read_no_row_before_writing_it(steps, seed):
             assert not np.isnan(p).any() and not np.isnan(q).any()
             np.testing.assert_array_equal(p, c)
             np.testing.assert_allclose(q, c, rtol=1e-12, atol=1e-14)
+
+
+WIDE = (3, SHARED_ROWS_MIN // 2)       # every value of a random program large enough to share adjoint rows
+
+
+@settings(max_examples=25, deadline=None)
+@given(STEPS, st.integers(0, 10**6))
+def test_first_order_sweeps_over_shared_adjoint_rows_give_the_numbers_of_rows_of_their_own(steps, seed):
+    """A non-persistent tape's first-order Program lays large slots never live at once over the same adjoint
+    rows (planning.adjoint_layout); a persistent tape's owns every row. On random programs of large values, its
+    gradients (two targets), reverse Jacobians (K columns, also one per sweep) and forward-mode Jacobians
+    (tangent sweeps over the shared rows) equal the persistent tape's bit for bit, with every executor buffer
+    handed out full of NaN too: no sweep reads a row outside its slot's lifetime."""
+    rng = np.random.default_rng(seed)
+    values = [rng.uniform(-1.5, 1.5, WIDE) for _ in range(3)]
+    scale0 = rng.uniform(0.5, 1.5)
+    ct = rng.uniform(0.5, 1.5, WIDE)
+    derivatives = ("gradient", "jacobian", "forward jacobian")
+
+    def derivative(kind, persistent):
+        inputs = [jt.constant(v) for v in values]
+        scale = jt.constant(scale0)
+        with jt.GradientTape(persistent=persistent) as tape:
+            tape.watch(inputs + [scale])
+            pool = [inputs[0] * scale] + inputs[1:]
+            for step, s in steps:
+                pool.append(_apply(step, s, pool))
+            loss = jt.reduce_sum(pool[-1] * ct)
+            rows = jt.reduce_sum(pool[-1], axis=1)
+        if kind == "gradient":
+            found = tape.gradient([loss, jt.reduce_sum(pool[-2])], inputs, unconnected_gradients="zero")
+        elif kind == "jacobian":        # reverse mode, K = 3 columns
+            found = tape.jacobian(rows, inputs, unconnected_gradients="zero")
+        else:                           # forward mode: one tangent column for 1,536 target entries
+            found = [tape.jacobian(pool[-1], scale, unconnected_gradients="zero")]
+        return [f.numpy() for f in found]
+
+    owned = {kind: derivative(kind, True) for kind in derivatives}
+    with mock.patch.object(jt.config, "jacobian_memory_bytes", 1):     # one column per sweep
+        owned["chunked"] = derivative("jacobian", True)
+    with jt.GradientTape() as tape:
+        x = jt.constant(values[0])
+        tape.watch(x)
+        chain = jt.reduce_sum(jt.tanh(jt.sin(x) * 2.0) * 3.0)
+    # the source's rows and the loss's, and two slots' rows for the four intermediates: the rows are shared
+    assert lower(tape, [chain], [x], reads=READS_FIRST_ORDER).adjoint_size == 3 * x.numpy().size + 1
+    with mock.patch.object(recycling._Workspace, "take", _poisoned), \
+            mock.patch.object(recycling._Workspace, "scratch", _poisoned_scratch):
+        for kind in derivatives:
+            for shared, own in zip(derivative(kind, False), owned[kind]):
+                np.testing.assert_array_equal(shared, own)
+        with mock.patch.object(jt.config, "jacobian_memory_bytes", 1):     # one column per sweep
+            for shared, own in zip(derivative("jacobian", False), owned["chunked"]):
+                np.testing.assert_array_equal(shared, own)
 
 
 @pytest.mark.parametrize("width", [8, STACKED_INNER_MAX + 4])

@@ -259,15 +259,17 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
     needed = _tangents_needed(code, slots, target)
     live = live_tangents(code, slots, seeded)
     work = new_work()
-    keep = np.zeros(slots.shape[0], np.bool_)
+    # an output's rows are zeroed before the first row that writes them (concat's PLACE rows share one output),
+    # not before the sweep: a first-order Program's slots never live at once may share rows (adjoint_layout)
+    zeroed = np.zeros(slots.shape[0], np.bool_)
     for s in seeded:
-        keep[s] = True
+        zeroed[s] = True
     for r in range(code.shape[0]):
-        # zeroed before any instruction runs: concat's PLACE rows share one output
-        if needed[code[r, oc.OUT]] and not keep[code[r, oc.OUT]]:
-            tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + slots[code[r, oc.OUT], oc.SIZE]] = 0
-    for r in range(code.shape[0]):
-        if needed[code[r, oc.OUT]]:
+        out = code[r, oc.OUT]
+        if needed[out]:
+            if not zeroed[out]:
+                tangent[code[r, oc.OUT_ADJ]:code[r, oc.OUT_ADJ] + slots[out, oc.SIZE]] = 0
+                zeroed[out] = True
             call_addressed(row_kernels, TANGENT_KERNEL_OF[code[r, oc.OP]],
                            tangent_operands(code, r, slots, iattr, fattr, arena, tangent, live, work, temps, homes,
                                             seed_row, seed_start))

@@ -1,0 +1,112 @@
+"""Planning (jitape_kernels.planning): the adjoint layout of first-order Programs, whose large slots share rows
+where they are never live at once."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jitape as jt
+from jitape import execute
+from jitape.program import lower
+from jitape_kernels import opcodes as oc
+from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER, SHARED_ROWS_MIN, adjoint_layout
+
+LARGE, SMALL = SHARED_ROWS_MIN, SHARED_ROWS_MIN - 1
+
+
+def _code(rows, n_leaves):
+    """Instruction rows of a recording: row k writes slot n_leaves + k from the slots `rows[k]` lists (the
+    layout reads only OUT and IN0..IN2)."""
+    code = np.full((len(rows), oc.W), -1, np.int64)
+    for k, ins in enumerate(rows):
+        code[k, oc.OUT] = n_leaves + k
+        code[k, oc.IN0:oc.IN0 + len(ins)] = ins
+    return code
+
+
+def _live(code, n_slots):
+    """Per slot, (first row writing it, last row reading it): its rows' lifetime, computed independently."""
+    first = {int(code[k, oc.OUT]): k for k in range(code.shape[0] - 1, -1, -1)}
+    last = {}
+    for k in range(code.shape[0]):
+        for s in code[k, oc.IN0:oc.IN2 + 1]:
+            if s >= 0:
+                last[int(s)] = k
+    return [(first.get(s), last.get(s)) for s in range(n_slots)]
+
+
+RECORDINGS = st.integers(1, 4).flatmap(lambda n_leaves: st.tuples(
+    st.just(n_leaves),
+    st.lists(st.tuples(st.lists(st.integers(0, 10**6), min_size=1, max_size=3), st.booleans()),
+             min_size=1, max_size=60),
+    st.lists(st.integers(SMALL - 3, LARGE + 2000), min_size=n_leaves, max_size=n_leaves)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(RECORDINGS)
+def test_slots_that_share_adjoint_rows_are_never_live_at_once(recording):
+    """Any recording: two slots whose rows overlap are both large and unpinned, and one's last read comes before
+    the other's first write; the pinned (sources, target) and small slots have rows of their own; the layout is
+    never larger than one row per slot, and without sharing it is exactly that."""
+    n_leaves, steps, leaf_sizes = recording
+    rows = [[pick % (n_leaves + k) for pick in picks] for k, (picks, _) in enumerate(steps)]
+    sizes = np.array(leaf_sizes + [LARGE + 7 * k if large else 1 + k for k, (_, large) in enumerate(steps)],
+                     np.int64)
+    code = _code(rows, n_leaves)
+    n_slots = len(sizes)
+    pinned = np.zeros(n_slots, np.bool_)
+    pinned[:n_leaves] = True
+    pinned[-1] = True
+    unshared = np.zeros(n_slots, np.int64)
+    assert adjoint_layout(code, sizes, unshared, pinned, False) == sizes.sum()
+    np.testing.assert_array_equal(unshared, np.concatenate(([0], np.cumsum(sizes)[:-1])))
+    layout = np.zeros(n_slots, np.int64)
+    total = adjoint_layout(code, sizes, layout, pinned, True)
+    assert total <= sizes.sum() and (layout >= 0).all() and (layout + sizes <= total).all()
+    live = _live(code, n_slots)
+    for a in range(n_slots):
+        for b in range(a + 1, n_slots):
+            if layout[a] < layout[b] + sizes[b] and layout[b] < layout[a] + sizes[a]:
+                assert not pinned[a] and not pinned[b] and sizes[a] >= LARGE and sizes[b] >= LARGE
+                (first_a, last_a), (first_b, last_b) = live[a], live[b]
+                assert last_a < first_b or last_b < first_a
+
+
+def test_a_chain_of_large_ops_needs_the_rows_of_two_slots_and_inactive_slots_get_none():
+    """x -> a -> b -> c -> d -> loss: each intermediate's rows are dead once the next op's reverse ran, so the
+    four intermediates take two slots' rows; x (the source) and the loss keep their own."""
+    code = _code([[0], [1], [2], [3], [4]], 1)
+    sizes = np.array([LARGE, LARGE, LARGE, LARGE, LARGE, 1], np.int64)
+    layout = np.zeros(6, np.int64)
+    pinned = np.array([True, False, False, False, False, True])
+    assert adjoint_layout(code, sizes, layout, pinned, True) == 3 * LARGE + 1
+    assert len({layout[1], layout[2]}) == 2 and layout[3] == layout[1] and layout[4] == layout[2]
+    inactive = np.array([0, -1, 0, 0, 0, 0], np.int64)
+    adjoint_layout(code, sizes, inactive, pinned, True)
+    assert inactive[1] == -1
+
+
+def _chain(x):
+    y = jt.sin(x)
+    for _ in range(6):
+        y = jt.tanh(y) * 0.9 + x
+    return jt.reduce_sum(y * y)
+
+
+def test_a_tape_s_first_order_program_shares_rows_and_a_persistent_tape_s_does_not():
+    """Which Programs share: those a non-persistent tape lowers for first-order derivatives; a persistent tape's
+    (kept: its cotangents serve Hessians, whose second-order sweep reads every one) and those of higher
+    orders own every row. Both give the same gradient, bit for bit."""
+    x = jt.constant(np.linspace(-1.0, 1.0, 2 * LARGE).reshape(2, LARGE))
+    programs, gradients = {}, {}
+    for persistent, reads in ((False, READS_FIRST_ORDER), (False, READS_ANY_ORDER), (True, READS_FIRST_ORDER)):
+        with jt.GradientTape(persistent=persistent) as tape:
+            tape.watch(x)
+            loss = _chain(x)
+        program = programs[persistent, reads] = lower(tape, [loss], [x], reads=reads)
+        gradients[persistent, reads] = execute.source_gradients(program, None, [x])[0].numpy()
+    rows = lambda program: int(program.slots[program.adjoint_rows >= 0, oc.SIZE].sum())  # noqa: E731
+    shared = programs[False, READS_FIRST_ORDER]
+    assert shared.adjoint_size < rows(shared) / 3
+    for key in ((False, READS_ANY_ORDER), (True, READS_FIRST_ORDER)):
+        assert programs[key].adjoint_size == rows(programs[key])
+        np.testing.assert_array_equal(gradients[key], gradients[False, READS_FIRST_ORDER])
