@@ -237,43 +237,43 @@ def adjoint_layout(code, sizes, adjoint_rows, pinned, share):
         else:
             adjoint_rows[s] = size
             size += sizes[s]
-    if n_shared == 0:
-        return size
-    candidates = np.flatnonzero(shared)
-    by_start = candidates[np.argsort(first[candidates], kind="mergesort")]
-    by_end = candidates[np.argsort(last[candidates], kind="mergesort")]
-    # free blocks of the shared region: (start, size), unordered, adjacent ones merged
+    # free blocks of the shared region, (start, size) unordered, adjacent ones merged; row by row, a shared slot
+    # takes a block where its first writer runs and gives it back after its last reader (not sooner: the reverse
+    # rule of that row reads one and writes the other)
     free_start = np.empty(n_shared + 1, np.int64)
     free_size = np.empty(n_shared + 1, np.int64)
     n_free = 0
     top = size          # the shared region's end
-    released = 0
-    for s in by_start:
-        while released < n_shared and last[by_end[released]] < first[s]:
-            n_free = _free(free_start, free_size, n_free, adjoint_rows[by_end[released]], sizes[by_end[released]])
-            released += 1
-        need = sizes[s]
-        best = -1
-        for i in range(n_free):
-            if free_size[i] >= need and (best < 0 or free_size[i] < free_size[best]):
-                best = i
-        if best < 0:
-            for i in range(n_free):         # a free block at the top grows to fit
-                if free_start[i] + free_size[i] == top:
+    for k in range(m):
+        s = code[k, oc.OUT]
+        if shared[s] and first[s] == k:
+            need = sizes[s]
+            best = -1
+            for i in range(n_free):
+                if free_size[i] >= need and (best < 0 or free_size[i] < free_size[best]):
                     best = i
-                    top += need - free_size[i]
-                    free_size[i] = need
-                    break
-        if best < 0:
-            adjoint_rows[s] = top
-            top += need
-            continue
-        adjoint_rows[s] = free_start[best]
-        free_start[best] += need
-        free_size[best] -= need
-        if free_size[best] == 0:
-            n_free -= 1
-            free_start[best], free_size[best] = free_start[n_free], free_size[n_free]
+            if best < 0:
+                for i in range(n_free):         # a free block at the top grows to fit
+                    if free_start[i] + free_size[i] == top:
+                        best = i
+                        top += need - free_size[i]
+                        free_size[i] = need
+                        break
+            if best < 0:
+                adjoint_rows[s] = top
+                top += need
+            else:
+                adjoint_rows[s] = free_start[best]
+                free_start[best] += need
+                free_size[best] -= need
+                if free_size[best] == 0:
+                    n_free -= 1
+                    free_start[best], free_size[best] = free_start[n_free], free_size[n_free]
+        for c in range(3):
+            s = code[k, oc.IN0 + c]
+            if s >= 0 and shared[s] and last[s] == k:
+                shared[s] = False       # given back once (x * x reads x twice)
+                n_free = _free(free_start, free_size, n_free, adjoint_rows[s], sizes[s])
     return top
 
 
