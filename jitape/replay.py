@@ -190,7 +190,7 @@ class Concrete:
         rows = rows[hoisted(rows, slot_rows[:, 0])]
         rows.flags.writeable = False     # plan()'s one signature: a tape's rows are read-only views of its bytes
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
-            rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, READS_ALL)
+            rows, slot_rows, np.array(targets, np.int64), np.array(sources, np.int64), True, READS_ALL, 0)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
         self.arena = fill_arena(trace._values, slots, arena_fill(slots, scalar_slots, array_slots), arena_size,
                                 self.dtype, np.empty)

@@ -79,7 +79,7 @@ READS_ALL, READS_FIRST_ORDER, READS_ANY_ORDER = 0, 1, 2
 
 
 @njit(cache=True, error_model="numpy")
-def plan(records, slot_rows, targets, sources, values, reads):
+def plan(records, slot_rows, targets, sources, values, reads, share_from):
     """Lower recorded rows to a Program: prune, activity analysis, arena and adjoint offsets.
 
     records   [n, 6] (op, out, in0, in1, in2, attr) as recorded by a tape
@@ -89,6 +89,8 @@ def plan(records, slot_rows, targets, sources, values, reads):
     reads: READS_ALL, or which derivative rules will run (READS_FIRST_ORDER, READS_ANY_ORDER): the values no
     kept row's rules read are laid out last in the arena (in slot order) and left out of
     scalar_slots/array_slots, so they are never copied
+    share_from: slots of at least this many entries share adjoint rows where never live at once (see
+    adjoint_layout; 0: none do)
     Returns (code [m, W], slots [n_slots, S], adjoint_rows [n_slots], scalar_slots,
     array_slots, arena_size, adjoint_size, is_float64). Rows kept are those on a path
     from a source to a target; a slot gets an adjoint row only when it is such a path's.
@@ -189,7 +191,7 @@ def plan(records, slot_rows, targets, sources, values, reads):
     for s in sources:
         if s >= 0:
             pinned[s] = True
-    adjoint_size = adjoint_layout(code, slot_rows[:, 0], adjoint_rows, pinned, reads == READS_FIRST_ORDER)
+    adjoint_size = adjoint_layout(code, slot_rows[:, 0], adjoint_rows, pinned, share_from)
     for k in range(m):
         for c in range(4):
             s = code[k, oc.OUT + c]
@@ -198,22 +200,17 @@ def plan(records, slot_rows, targets, sources, values, reads):
     return code, slots, adjoint_rows, scalar_slots, array_slots, offset, adjoint_size, is_float64
 
 
-# Slots of at least this many entries share adjoint rows (adjoint_layout); smaller ones take rows of their own
-SHARED_ROWS_MIN = 1024
-
-
 @njit(cache=True, error_model="numpy")
-def adjoint_layout(code, sizes, adjoint_rows, pinned, share):
+def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from):
     """Lay out the adjoint rows of the active slots (adjoint_rows[s] >= 0 on entry; set to each slot's first row)
-    and return the adjoint's size. With `share` (a Program whose sweeps are first-order: reverse sweeps and
-    tangent sweeps, never a second-order sweep that reads every cotangent of an earlier sweep), slots of at least
-    SHARED_ROWS_MIN entries share rows where they are never live at once: a slot's rows are live from the first
+    and return the adjoint's size. Slots of at least `share_from` entries (0: none) share rows where they are
+    never live at once, for Programs whose sweeps are first-order (reverse and tangent sweeps, never a
+    second-order sweep, which reads every cotangent of an earlier sweep): a slot's rows are live from the first
     row of `code` that writes it (its value's tangent, forward) to the last that reads it (where a reverse sweep
     first writes its cotangent), both included, and the `pinned` slots' (targets, sources: seeded before a sweep
     or read after it) always. A dead slot's rows hold what another slot left, as a new workspace buffer holds
-    what an earlier sweep left: every sweep writes a slot's rows before it reads them. Rows that never overlap
-    in time thus share memory, and a large sweep reuses rows still in cache (W8's adjoint 1.87 -> 0.83 M
-    entries)."""
+    what an earlier sweep left: every sweep writes a slot's rows before it reads them. A large sweep thus reuses
+    rows still in cache (W8's adjoint 1.87 -> 0.83 M entries)."""
     n_slots = adjoint_rows.shape[0]
     m = code.shape[0]
     first = np.full(n_slots, m, np.int64)
@@ -231,7 +228,7 @@ def adjoint_layout(code, sizes, adjoint_rows, pinned, share):
     for s in range(n_slots):
         if adjoint_rows[s] < 0:
             continue
-        if share and not pinned[s] and sizes[s] >= SHARED_ROWS_MIN and first[s] < m and first[s] <= last[s]:
+        if 0 < share_from <= sizes[s] and not pinned[s] and first[s] < m and first[s] <= last[s]:
             shared[s] = True
             n_shared += 1
         else:

@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 import jitape as jt
 from jitape import execute
-from jitape.program import lower
+from jitape.program import SHARED_ROWS_MIN, lower
 from jitape_kernels import opcodes as oc
-from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER, SHARED_ROWS_MIN, adjoint_layout
+from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER, adjoint_layout
 
 LARGE, SMALL = SHARED_ROWS_MIN, SHARED_ROWS_MIN - 1
 
@@ -57,10 +57,10 @@ def test_slots_that_share_adjoint_rows_are_never_live_at_once(recording):
     pinned[:n_leaves] = True
     pinned[-1] = True
     unshared = np.zeros(n_slots, np.int64)
-    assert adjoint_layout(code, sizes, unshared, pinned, False) == sizes.sum()
+    assert adjoint_layout(code, sizes, unshared, pinned, 0) == sizes.sum()
     np.testing.assert_array_equal(unshared, np.concatenate(([0], np.cumsum(sizes)[:-1])))
     layout = np.zeros(n_slots, np.int64)
-    total = adjoint_layout(code, sizes, layout, pinned, True)
+    total = adjoint_layout(code, sizes, layout, pinned, LARGE)
     assert total <= sizes.sum() and (layout >= 0).all() and (layout + sizes <= total).all()
     live = _live(code, n_slots)
     for a in range(n_slots):
@@ -78,10 +78,10 @@ def test_a_chain_of_large_ops_needs_the_rows_of_two_slots_and_inactive_slots_get
     sizes = np.array([LARGE, LARGE, LARGE, LARGE, LARGE, 1], np.int64)
     layout = np.zeros(6, np.int64)
     pinned = np.array([True, False, False, False, False, True])
-    assert adjoint_layout(code, sizes, layout, pinned, True) == 3 * LARGE + 1
+    assert adjoint_layout(code, sizes, layout, pinned, LARGE) == 3 * LARGE + 1
     assert len({layout[1], layout[2]}) == 2 and layout[3] == layout[1] and layout[4] == layout[2]
     inactive = np.array([0, -1, 0, 0, 0, 0], np.int64)
-    adjoint_layout(code, sizes, inactive, pinned, True)
+    adjoint_layout(code, sizes, inactive, pinned, LARGE)
     assert inactive[1] == -1
 
 

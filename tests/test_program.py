@@ -13,10 +13,10 @@ import jitape as jt
 import jitape.program
 import jitape.tape
 from jitape import execute, recycling
-from jitape.program import lower
+from jitape.program import SHARED_ROWS_MIN, lower
 from jitape_kernels.cpu.interpreter import SMALL
 from jitape_kernels.cpu.linalg import STACKED_INNER_MAX
-from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER, SHARED_ROWS_MIN
+from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER
 
 STEPS = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 10**6)), min_size=1, max_size=12)
 

@@ -138,7 +138,7 @@ def _planning_steps():
     """The steps compiling the planners, which take no dtype."""
     return [("plan", lambda: plan(_read_only(np.zeros((0, 6), np.int64)),
                                   _read_only(np.zeros((0, 3 + oc.MAXRANK), np.int64)),
-                                  np.zeros(0, np.int64), np.zeros(0, np.int64), False, READS_ALL)),
+                                  np.zeros(0, np.int64), np.zeros(0, np.int64), False, READS_ALL, 0)),
             ("derivative_plan", lambda: derivative_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
                                                         np.zeros(0, np.int64), np.zeros(0, np.int64))),
             ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),

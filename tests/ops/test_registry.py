@@ -6,6 +6,7 @@ not lower to its opcode fails the check; a missing piece (kernel, VJP, shape rul
 """
 from dataclasses import dataclass
 from typing import Callable
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,9 +16,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import jitape as jt
+import jitape.program
 from jitape.ops import COMPOSITES, NON_DIFFERENTIABLE, PRIMITIVES
 from jitape_kernels import opcodes as oc
 from jitape.execute import lowered, source_jacobians
+from jitape_kernels.planning import READS_FIRST_ORDER
 from jitape_kernels.cpu import forward_kernels, forward_sweep, new_temps
 from jitape_kernels.cpu.interpreter import SMALL
 
@@ -616,6 +619,13 @@ def _numerical_vjp(case, args, where, ct):
     return grads
 
 
+def _sharing_every_row():
+    """Non-persistent tapes' first-order Programs planned with every slot (scalars too) sharing adjoint rows where
+    never live at once (planning.adjoint_layout), none kept from before: no rule reads a row outside its slot's
+    lifetime, or its numbers change."""
+    return mock.patch.multiple(jitape.program, SHARED_ROWS_MIN=1, _plans={})
+
+
 def _check(name, args):
     """Run every comparison for one example; returns the opcodes its Program holds."""
     case = CASES[name]
@@ -661,6 +671,15 @@ def _check(name, args):
                                    err_msg=f"{name}: compiled vs Python VJP, input {k}")
         np.testing.assert_allclose(np.asarray(c), n, rtol=1e-5, atol=1e-6,
                                    err_msg=f"{name}: compiled vs finite differences, input {k}")
+
+    # the same gradient over adjoint rows shared wherever slots are never live at once, bit for bit
+    with _sharing_every_row():
+        with jt.GradientTape() as fresh:
+            fresh.watch(tensors)
+            y_fresh = case.fn(*_substitute(args, where, tensors))
+        shared = fresh.gradient(y_fresh, tensors, output_gradients=ct, unconnected_gradients="zero")
+    for k, (s, c) in enumerate(zip(shared, compiled)):
+        np.testing.assert_array_equal(np.asarray(s), np.asarray(c), err_msg=f"{name}: shared adjoint rows, input {k}")
 
     # float32 in, float32 out, on both paths
     tensors32 = [jt.constant(a.astype(np.float32)) for a in arrays]
@@ -828,6 +847,14 @@ def _check_forward_mode_and_hessian(name, args):
     program = lowered(tape, [y], [z])
     (forward,), (reverse,) = (source_jacobians(program, y.size, [z], mode) for mode in ("forward", "reverse"))
     np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-12, err_msg=f"{name}: forward vs reverse")
+    with _sharing_every_row():      # both sweeps over adjoint rows shared wherever slots are never live at once
+        with jt.GradientTape() as fresh:
+            fresh.watch(z)
+            y_fresh = _packed(case, args, where, shapes, z)
+        shared = lowered(fresh, [y_fresh], [z], READS_FIRST_ORDER)
+        for mode, owned in (("forward", forward), ("reverse", reverse)):
+            (found,) = source_jacobians(shared, y.size, [z], mode)
+            np.testing.assert_array_equal(found, owned, err_msg=f"{name}: {mode} Jacobian over shared rows")
     compiled = tape.hessian(s, z)
     hv = tape.hessian_vector_product(s, z, v)
     with jt.GradientTape() as enclosing:      # a tape recording what the Hessian reads selects the recorded path
