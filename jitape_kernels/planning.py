@@ -13,6 +13,14 @@ def passes_derivatives(op):
     return op != oc.STOP_GRADIENT and not oc.COMPARE_FIRST <= op <= oc.BINARY_LAST
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _mark(flags, slots):
+    """flags[s] = True for each slot s >= 0 listed in `slots` (-1: a tensor the tape did not record)."""
+    for s in slots:
+        if s >= 0:
+            flags[s] = True
+
+
 @njit(cache=True, error_model="numpy")
 def reachability(rows, n_slots, targets, sources, values):
     """(need, active) per slot: `need` when a target depends on it, `active` when its value depends on a
@@ -20,18 +28,14 @@ def reachability(rows, n_slots, targets, sources, values):
     on). rows: [n, >= 5] with out, in0..in2 in columns 1..4, as recorded and as in code."""
     n = rows.shape[0]
     need = np.zeros(n_slots, np.bool_)
-    for t in targets:
-        if t >= 0:
-            need[t] = True
+    _mark(need, targets)
     for r in range(n - 1, -1, -1):
         if need[rows[r, 1]] and (values or passes_derivatives(rows[r, 0])):
             for c in range(2, 5):
                 if rows[r, c] >= 0:
                     need[rows[r, c]] = True
     active = np.zeros(n_slots, np.bool_)
-    for s in sources:
-        if s >= 0:
-            active[s] = True
+    _mark(active, sources)
     for r in range(n):
         if not values and not passes_derivatives(rows[r, 0]):
             continue
@@ -110,11 +114,12 @@ def plan(records, slot_rows, targets, sources, values, reads, share_from):
             for c in range(1, 5):
                 if records[r, c] >= 0:
                     used[records[r, c]] = True
-    for t in targets:
-        if t >= 0:
-            used[t] = True
-    for s in sources:
-        if s >= 0:
+    # targets and sources: seeded before a sweep or read after it, so their adjoint rows are never shared
+    pinned = np.zeros(n_slots, np.bool_)
+    _mark(pinned, targets)
+    _mark(pinned, sources)
+    for s in range(n_slots):
+        if pinned[s]:
             used[s] = True
     if reads != READS_ALL:
         table = oc.FIRST_ORDER_READS if reads == READS_FIRST_ORDER else oc.DERIVATIVE_READS
@@ -184,13 +189,6 @@ def plan(records, slot_rows, targets, sources, values, reads, share_from):
     for s in range(n_slots):
         if used[s] and need[s] and active[s]:
             adjoint_rows[s] = 0     # active: its row is laid out below
-    pinned = np.zeros(n_slots, np.bool_)
-    for s in targets:
-        if s >= 0:
-            pinned[s] = True
-    for s in sources:
-        if s >= 0:
-            pinned[s] = True
     adjoint_size = adjoint_layout(code, slot_rows[:, 0], adjoint_rows, pinned, share_from)
     for k in range(m):
         for c in range(4):
