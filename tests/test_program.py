@@ -153,7 +153,7 @@ def test_first_order_sweeps_over_shared_adjoint_rows_give_the_numbers_of_rows_of
     handed out full of NaN too: no sweep reads a row outside its slot's lifetime."""
     rng = np.random.default_rng(seed)
     values = [rng.uniform(-1.5, 1.5, WIDE) for _ in range(3)]
-    scale0 = rng.uniform(0.5, 1.5)
+    scale0 = np.float64(rng.uniform(0.5, 1.5))
     ct = rng.uniform(0.5, 1.5, WIDE)
     derivatives = ("gradient", "jacobian", "forward jacobian")
 
@@ -166,9 +166,10 @@ def test_first_order_sweeps_over_shared_adjoint_rows_give_the_numbers_of_rows_of
             for step, s in steps:
                 pool.append(_apply(step, s, pool))
             loss = jt.reduce_sum(pool[-1] * ct)
+            second = jt.reduce_sum(pool[-2])
             rows = jt.reduce_sum(pool[-1], axis=1)
         if kind == "gradient":
-            found = tape.gradient([loss, jt.reduce_sum(pool[-2])], inputs, unconnected_gradients="zero")
+            found = tape.gradient([loss, second], inputs, unconnected_gradients="zero")
         elif kind == "jacobian":        # reverse mode, K = 3 columns
             found = tape.jacobian(rows, inputs, unconnected_gradients="zero")
         else:                           # forward mode: one tangent column for 1,536 target entries
