@@ -135,3 +135,25 @@ def test_batch_jacobians_over_shared_rows_equal_those_over_rows_of_their_own():
     for (own, own_rows), (share, shared_rows) in zip(owned, shared):
         assert shared_rows < own_rows
         np.testing.assert_array_equal(share, own)
+
+
+def test_per_example_gradients_of_a_program_with_shared_rows_lay_out_their_own():
+    """A non-persistent tape's per-example Program is planned first-order (its adjoint rows shared), and the
+    per-example sweep lays out buffers of its own (rows by layout, parameters by example): the same bits as a
+    persistent tape's."""
+    rng = np.random.default_rng(5)
+    x = jt.constant(rng.uniform(-1.0, 1.0, (256, 32)))
+    y = jt.constant(rng.uniform(-1.0, 1.0, (256, 1)))
+
+    def per_example(persistent):
+        w1, w2 = jt.Variable(np.linspace(-0.5, 0.5, 32 * 16).reshape(32, 16)), jt.Variable(np.ones((16, 1)) * 0.1)
+        with jt.GradientTape(persistent=persistent) as tape:
+            h = jt.tanh(jt.matmul(x, w1))
+            losses = jt.square(jt.matmul(jt.sin(h) * h, w2) - y)[:, 0]
+        program = lower(tape, [losses], [w1, w2], reads=READS_FIRST_ORDER)
+        return [g.numpy() for g in tape.per_example_gradients(losses, [w1, w2])], program
+
+    (owned, own_program), (shared, shared_program) = per_example(True), per_example(False)
+    assert shared_program.adjoint_size < own_program.adjoint_size
+    for s, o in zip(shared, owned):
+        np.testing.assert_array_equal(s, o)
