@@ -14,13 +14,17 @@ LARGE, SMALL = SHARED_ROWS_MIN, SHARED_ROWS_MIN - 1
 
 
 def _code(rows, n_leaves):
-    """Instruction rows of a recording: row k writes slot n_leaves + k from the slots `rows[k]` lists (the
-    layout reads only OUT and IN0..IN2)."""
+    """Instruction rows of a recording: rows[k] = (the slots row k reads, whether it writes a new slot or the
+    previous row's again, as concat's PLACE rows share one output); (code, the number of slots). The layout reads
+    only OUT and IN0..IN2."""
     code = np.full((len(rows), oc.W), -1, np.int64)
-    for k, ins in enumerate(rows):
-        code[k, oc.OUT] = n_leaves + k
+    n_slots = n_leaves
+    for k, (ins, again) in enumerate(rows):
+        if not (again and k):
+            n_slots += 1
+        code[k, oc.OUT] = n_slots - 1
         code[k, oc.IN0:oc.IN0 + len(ins)] = ins
-    return code
+    return code, n_slots
 
 
 def _live(code, n_slots):
@@ -36,35 +40,47 @@ def _live(code, n_slots):
 
 RECORDINGS = st.integers(1, 4).flatmap(lambda n_leaves: st.tuples(
     st.just(n_leaves),
-    st.lists(st.tuples(st.lists(st.integers(0, 10**6), min_size=1, max_size=3), st.booleans()),
-             min_size=1, max_size=60),
+    st.lists(st.tuples(st.lists(st.integers(0, 10**6), min_size=1, max_size=3), st.booleans(), st.booleans(),
+                       st.booleans(), st.integers(0, 5)), min_size=1, max_size=60),
     st.lists(st.integers(SMALL - 3, LARGE + 2000), min_size=n_leaves, max_size=n_leaves)))
 
 
 @settings(max_examples=300, deadline=None)
 @given(RECORDINGS)
 def test_slots_that_share_adjoint_rows_are_never_live_at_once(recording):
-    """Any recording: two slots whose rows overlap are both large and unpinned, and one's last read comes before
-    the other's first write; the pinned (sources, target) and small slots have rows of their own; the layout is
-    never larger than one row per slot, and without sharing it is exactly that."""
+    """Any recording (rows writing one output twice, inactive slots): two slots whose rows overlap are both
+    large and unpinned, and one's last read comes before the other's first write; the pinned (sources, target)
+    and small slots have rows of their own, inactive ones none; the layout is never larger than one row per
+    active slot, and without sharing it is exactly that."""
     n_leaves, steps, leaf_sizes = recording
-    rows = [[pick % (n_leaves + k) for pick in picks] for k, (picks, _) in enumerate(steps)]
-    sizes = np.array(leaf_sizes + [LARGE + 7 * k if large else 1 + k for k, (_, large) in enumerate(steps)],
+    rows, n_slots = [], n_leaves
+    for k, (picks, _, again, _, _) in enumerate(steps):
+        # mostly recent slots (short lifetimes, so rows are shared), now and then any
+        rows.append(([n_slots - 1 - pick % min(n_slots, 3 if pick % 5 else 10**6) for pick in picks], again))
+        n_slots += not (again and k)
+    code, n_slots = _code(rows, n_leaves)
+    produced = steps[:n_slots - n_leaves]       # per slot a row wrote: its size, whether active, whether pinned
+    sizes = np.array(leaf_sizes + [LARGE + 7 * s if large else 1 + s for s, (_, large, _, _, _) in enumerate(produced)],
                      np.int64)
-    code = _code(rows, n_leaves)
-    n_slots = len(sizes)
+    inactive = [n_leaves + s for s, (_, _, _, off, _) in enumerate(produced) if off]
     pinned = np.zeros(n_slots, np.bool_)
-    pinned[:n_leaves] = True
+    pinned[:n_leaves] = True        # sources; then targets: the last slot, and intermediates read by later rows
     pinned[-1] = True
-    unshared = np.zeros(n_slots, np.int64)
-    assert adjoint_layout(code, sizes, unshared, pinned, 0) == sizes.sum()
-    np.testing.assert_array_equal(unshared, np.concatenate(([0], np.cumsum(sizes)[:-1])))
-    layout = np.zeros(n_slots, np.int64)
+    pinned[[n_leaves + s for s, (_, _, _, _, pin) in enumerate(produced) if pin == 0]] = True
+    active = np.zeros(n_slots, np.int64)
+    active[inactive] = -1
+    total_active = sizes[active >= 0].sum()
+    unshared = active.copy()
+    assert adjoint_layout(code, sizes, unshared, pinned, 0) == total_active
+    assert (unshared[inactive] == -1).all()
+    layout = active.copy()
     total = adjoint_layout(code, sizes, layout, pinned, LARGE)
-    assert total <= sizes.sum() and (layout >= 0).all() and (layout + sizes <= total).all()
+    assert total <= total_active and (layout[inactive] == -1).all()
+    used = np.flatnonzero(layout >= 0)
+    assert (layout[used] + sizes[used] <= total).all()
     live = _live(code, n_slots)
-    for a in range(n_slots):
-        for b in range(a + 1, n_slots):
+    for i, a in enumerate(used):
+        for b in used[i + 1:]:
             if layout[a] < layout[b] + sizes[b] and layout[b] < layout[a] + sizes[a]:
                 assert not pinned[a] and not pinned[b] and sizes[a] >= LARGE and sizes[b] >= LARGE
                 (first_a, last_a), (first_b, last_b) = live[a], live[b]
@@ -74,7 +90,7 @@ def test_slots_that_share_adjoint_rows_are_never_live_at_once(recording):
 def test_a_chain_of_large_ops_needs_the_rows_of_two_slots_and_inactive_slots_get_none():
     """x -> a -> b -> c -> d -> loss: each intermediate's rows are dead once the next op's reverse ran, so the
     four intermediates take two slots' rows; x (the source) and the loss keep their own."""
-    code = _code([[0], [1], [2], [3], [4]], 1)
+    code, _ = _code([([0], False), ([1], False), ([2], False), ([3], False), ([4], False)], 1)
     sizes = np.array([LARGE, LARGE, LARGE, LARGE, LARGE, 1], np.int64)
     layout = np.zeros(6, np.int64)
     pinned = np.array([True, False, False, False, False, True])
