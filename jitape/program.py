@@ -237,9 +237,9 @@ class _Plan:
 
 
 # A first-order Program's (READS_FIRST_ORDER: a non-persistent tape's gradient or Jacobians) slots of at least this
-# many entries share adjoint rows where their cotangents are never live at once (planning.adjoint_layout), so a
-# large sweep reuses rows still in cache; below it a row's reuse saves nothing. Other Programs own every row: a
-# persistent tape's keep cotangents that a second-order sweep reads
+# many entries (8 KB of float64) share adjoint rows where their cotangents are never live at once
+# (planning.adjoint_layout), so a large sweep reuses rows still in cache; smaller ones, a few cache lines each, keep
+# rows of their own. Other Programs own every row: a persistent tape's keep cotangents a second-order sweep reads
 SHARED_ROWS_MIN = 1024
 
 
