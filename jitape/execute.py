@@ -24,7 +24,8 @@ def _adjoint(program, K):
 
 def _sweep(program, adjoint, written, runner=None, complete=False):
     """One reverse sweep from the seeded slots marked in `written`. Afterwards the sources' rows hold their
-    cotangents, zeros where the sweep never reached them; with `complete`, every active slot's rows do."""
+    cotangents, zeros where the sweep never reached them; with `complete`, every active slot's rows do (only on
+    Programs that own every row: a first-order Program's slots may share rows, planning.adjoint_layout)."""
     (runner or backend.current()).reverse(program, adjoint, written)
     if complete:
         for s in np.flatnonzero(~written & (program.adjoint_rows >= 0)).tolist():
