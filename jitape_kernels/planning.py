@@ -213,7 +213,7 @@ def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from):
     m = code.shape[0]
     first = np.full(n_slots, m, np.int64)
     last = np.full(n_slots, -1, np.int64)
-    for k in range(m):
+    for k in range(m if share_from > 0 else 0):     # lifetimes, where rows may be shared
         out = code[k, oc.OUT]
         first[out] = min(first[out], k)
         for c in range(3):
@@ -232,6 +232,8 @@ def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from):
         else:
             adjoint_rows[s] = size
             size += sizes[s]
+    if n_shared == 0:
+        return size
     # free blocks of the shared region, (start, size) unordered, adjacent ones merged; row by row, a shared slot
     # takes a block where its first writer runs and gives it back after its last reader (not sooner: the reverse
     # rule of that row reads one and writes the other)
