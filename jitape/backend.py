@@ -100,7 +100,7 @@ class CPU(Backend):
         # the compiled code for exactly these arrays' types, bound to them: a call skips the dispatcher's
         # typing of fourteen arguments (~2 us of a ~6 us small replay)
         arrays = (*arrays, self._kernels.replay_kernels(*arrays))
-        return functools.partial(_compiled_for(self._kernels.replay_sweep, arrays), *arrays)
+        return functools.partial(self._kernels.compiled_for(self._kernels.replay_sweep, arrays), *arrays)
 
     def group_kernels(self, code, slots, iattr, fused, places, dtype, kept, step_code, step_groups, step_places,
                       step_flags):
@@ -172,15 +172,6 @@ def _with_table(program, key, sweep, arrays, table_of):
     if table is None:
         table = program.memo[key] = table_of((sweep, arrays))
     return sweep(*arrays, table)
-
-
-def _compiled_for(dispatcher, arrays):
-    """The entry point numba's `dispatcher` compiled (or loads from its cache) for the types of `arrays`; the
-    dispatcher itself where numba's JIT is disabled."""
-    if not hasattr(dispatcher, "compile"):
-        return dispatcher
-    import numba
-    return dispatcher.compile(tuple(numba.typeof(a) for a in arrays))
 
 
 _BACKENDS = {"cpu": CPU}

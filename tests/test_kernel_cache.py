@@ -96,6 +96,38 @@ print(w[0], type(library).__name__, library._shared_module is not None)
     assert _run(numbas_own_load, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["0.0", "JITCodeLibrary", "True"]
 
 
+def test_a_kernel_is_keyed_in_its_index_as_numba_keys_it():
+    # jitape asks the codegen's magic tuple once per process; the key must stay numba's (a cache numba's own
+    # key wrote loads, and a probe finds what a load finds)
+    from numba.core import caching, types
+    from jitape_kernels.cpu.optimizers import sgd_momentum_step
+    cache = jitape_kernels._KernelCache(sgd_momentum_step.py_func)
+    codegen = sgd_momentum_step.targetctx.codegen()
+    array = types.Array(types.float64, 1, "C")
+    signature = (array, array, array, types.float64, types.float64, types.boolean, array)
+    assert cache._index_key(signature, codegen) == caching.Cache._index_key(cache, signature, codegen)
+    assert cache._index_key(signature, codegen) != cache._index_key(signature[:-1], codegen)
+
+
+def test_a_kernel_s_return_type_is_read_from_the_cache_without_loading_its_code(tmp_path):
+    """The kernel tables need only the types of the operand builders the sweeps inline: from the cache, nothing
+    is loaded; where the cache lacks the signature, it compiles."""
+    code = """
+import numpy as np, jitape_kernels
+from numba import typeof
+from jitape_kernels.cpu import interpreter, row_kernels
+arrays = (np.zeros((0, 14), np.int64), np.zeros((0, 6), np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0),
+          np.zeros(0))
+signature = row_kernels.FORWARD.outer(*map(typeof, arrays))    # code, slots, iattr, fattr, arena, temps
+found = jitape_kernels.return_type(interpreter.forward_operands, signature)
+loaded = len(interpreter.forward_operands.overloads)
+interpreter.forward_operands.compile(signature)
+print(loaded, found == interpreter.forward_operands.overloads[signature].signature.return_type, len(found.types))
+"""
+    assert _run(code, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["1", "True", "11"]     # compiled
+    assert _run(code, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["0", "True", "11"]     # read: nothing loaded
+
+
 def test_a_kernel_loads_from_the_cache_without_numbas_compile_registries(tmp_path):
     """numba refreshes its whole target context before a cache load (0.1 s of a first gradient): jitape's
     loads start only the runtime, and a compile afterwards (which refreshes for itself) still works."""

@@ -53,6 +53,28 @@ def test_a_program_needs_the_forward_row_kernels_of_the_rows_the_sweep_does_not_
                                                                              for kind in expected]
 
 
+def test_the_rows_planning_calls_small_are_those_the_compiled_loops_run_inline():
+    # one rule, in numpy for a Program's rows (row_kernels.needed_forward_kernels) and compiled per row (the
+    # scalar loops): every opcode, inputs and outputs around the SMALL bound
+    import numba
+    sizes = np.array([0, 1, 2, interpreter.SMALL, interpreter.SMALL + 1, 100], np.int64)
+    ops, n0, size = (a.ravel() for a in np.meshgrid(np.arange(len(oc.NAMES)), np.arange(sizes.size),
+                                                    np.arange(sizes.size), indexing="ij"))
+    slots = np.zeros((sizes.size, oc.S), np.int64)
+    slots[:, oc.SIZE] = sizes
+    code = np.full((ops.size, oc.W), -1, np.int64)
+    code[:, oc.OP], code[:, oc.IN0], code[:, oc.OUT] = ops, n0, size
+
+    @numba.njit
+    def compiled(code, slots):
+        return [interpreter.small_row(code[r, oc.OP], slots[code[r, oc.IN0], oc.SIZE], slots[code[r, oc.OUT], oc.SIZE])
+                for r in range(code.shape[0])]
+
+    small = interpreter.small_rows(code, slots)
+    assert small.tolist() == compiled(code, slots)
+    assert small[(ops == oc.SIN) & (sizes[size] <= interpreter.SMALL)].all() and not small[ops == oc.MATMUL].any()
+
+
 @pytest.mark.parametrize("kernels, kinds, kernel_of, direction", [
     (REVERSE_ROW_KERNELS, REVERSE_KINDS, lambda: interpreter.REVERSE_KERNEL_OF, "reverse"),
     (FORWARD_ROW_KERNELS, FORWARD_KINDS, lambda: interpreter.FORWARD_KERNEL_OF - interpreter.FORWARD_FIRST,
@@ -166,6 +188,12 @@ print(sorted(f.__name__ for f in (shape.mapped_linear, reduction.reduce_linear, 
 """
 
 
+_LOADED = """
+print(sorted(f.__name__ for f in (interpreter.row_operands, interpreter.forward_operands) if f.signatures))
+print(len(interpreter.small_rows_reverse.signatures))
+"""
+
+
 def test_a_first_gradient_on_an_empty_cache_compiles_only_its_families_kernels(tmp_path):
     # compiled in this process (no workers), so the callees it compiles show too
     environment = dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path), JITAPE_COMPILE_JOBS="1")
@@ -181,6 +209,12 @@ def test_a_first_gradient_on_an_empty_cache_compiles_only_its_families_kernels(t
                                   "'scalar_rows_forward', 'scalar_rows_reverse', 'scalar_run_forward', "
                                   "'scalar_run_reverse', 'small_rows_reverse']"), compiled_by_replay
     assert other_families_by_replay == "[]"
+    # a new process on that cache loads what it needs, and no operand builder (the sweeps inline them: the
+    # tables read their types from the cache); reverse_sweep and the replay run one small_rows_reverse
+    result = subprocess.run([sys.executable, "-c", _FIRST_GRADIENT + _LOADED], env=environment, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["[]", "1"]
 
 
 _FIRST_HESSIAN = """

@@ -16,10 +16,26 @@ from . import row_kernels
 from .row_kernels import (empty_table, forward_kernels, replay_kernels, reverse_kernels, second_order_kernels,
                           tangent_kernels)
 
-__all__ = ["GroupKernels", "derivative_plan", "first_row_mixing", "forward_kernels", "forward_sweep", "new_temps",
+__all__ = ["GroupKernels", "compiled_for", "derivative_plan", "first_row_mixing", "forward_kernels", "forward_sweep", "new_temps",
            "per_example_plan", "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_kernels",
            "replay_sweep", "reverse_kernels", "reverse_sweep", "run_warmup_step", "second_order_kernels",
            "second_order_sweep", "tangent_kernels", "tangent_sweep", "warmup_steps"]
+
+
+_entry_points = {}      # (dispatcher, its arguments' type keys) -> compiled entry point
+
+
+def compiled_for(dispatcher, arrays):
+    """The entry point numba's `dispatcher` compiled (or loads from its cache) for the types of `arrays`, found by
+    their type keys (row_kernels.type_key: numba's typeof of a replay's 22 arrays was ~0.5 ms of a trace); the
+    dispatcher itself where numba's JIT is disabled."""
+    if not hasattr(dispatcher, "compile"):
+        return dispatcher
+    key = (dispatcher, *map(row_kernels.type_key, arrays))
+    entry = _entry_points.get(key)
+    if entry is None:
+        entry = _entry_points[key] = dispatcher.compile(tuple(map(dispatcher.typeof_pyval, arrays)))
+    return entry
 
 
 def new_temps(code, iattr, columns, dtype):
@@ -57,7 +73,7 @@ def _every_kernel(dtype, groups):
              + row_kernels.tangent_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every_kernel=True)
              + row_kernels.second_order_needs(code, slots, iattr, fattr, arena, adjoint, adjoint, adjoint, temps, homes,
                                               every_kernel=True))
-    # a table per need: reverse_sweep's small rows (no scalar runs: None) and the replay's share a table row
+    # a table per need: reverse_sweep's small rows (no scalar runs) and the replay's share a table row
     return [row_kernels.kernel_table([need]) for need in needs if need[0] in groups]
 
 

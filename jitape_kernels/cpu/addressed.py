@@ -16,8 +16,18 @@ from numba.extending import intrinsic
 
 def plain(argument_types):
     """Argument types with every literal type (in tuples too) as its plain type: what call_at passes."""
-    return tuple(types.Tuple(plain(t.types)) if isinstance(t, types.BaseTuple) else types.unliteral(t)
-                 for t in argument_types)
+    return tuple(_plain(t) for t in argument_types)
+
+
+def _plain(t):
+    if isinstance(t, types.BaseTuple):
+        inner = plain(t.types)
+        # a tuple of no literal is itself (numba interns types): made again, a sweep's operand tuples of twenty
+        # types were most of a process's first kernel table
+        if type(t) in (types.Tuple, types.UniTuple) and all(a is b for a, b in zip(inner, t.types)):
+            return t
+        return types.Tuple(inner)
+    return types.unliteral(t)
 
 
 def signature_key(argument_types, return_type=types.none):

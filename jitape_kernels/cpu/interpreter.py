@@ -43,26 +43,23 @@ from .workspace import new_work
 SMALL = 16
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def small_row(op, n0, size):
+def _small_row_rule(op, n0, size):
     """Whether a row of `op` with n0 input and `size` output entries is small: run inline by the scalar loops
     (K = 1) where a larger one calls its row kernel. An elementwise row of at most SMALL entries, a TILE of one
     entry (a scalar broadcast) to at most SMALL, or a SUM of at most SMALL entries into one (a whole sum).
-    SLICE and PLACE rows moving one run of at most SMALL entries are run inline too (shape.contiguous_run)."""
-    if op <= oc.BINARY_LAST:
-        return size <= SMALL
-    if op == oc.TILE:
-        return n0 == 1 and size <= SMALL
-    return op == oc.SUM and size == 1 and n0 <= SMALL
+    SLICE and PLACE rows moving one run of at most SMALL entries are run inline too (shape.contiguous_run).
+    Without branches, so that it serves scalars in compiled code (small_row) and arrays of rows (small_rows)."""
+    return (((op <= oc.BINARY_LAST) | ((op == oc.TILE) & (n0 == 1))) & (size <= SMALL)) | (
+        (op == oc.SUM) & (size == 1) & (n0 <= SMALL))
 
 
-@njit(cache=True, error_model="numpy")
+small_row = njit(cache=True, error_model="numpy", inline="always")(_small_row_rule)
+
+
 def small_rows(code, slots):
-    """Per row of `code`, whether small_row calls it small (the rows whose forward row kernel no sweep calls)."""
-    small = np.empty(code.shape[0], np.bool_)
-    for r in range(code.shape[0]):
-        small[r] = small_row(code[r, oc.OP], slots[code[r, oc.IN0], oc.SIZE], slots[code[r, oc.OUT], oc.SIZE])
-    return small
+    """Per row of `code`, whether small_row calls it small (the rows whose forward row kernel no sweep calls):
+    numpy's, so that planning a replay loads no kernel for it."""
+    return _small_row_rule(code[:, oc.OP], slots[code[:, oc.IN0], oc.SIZE], slots[code[:, oc.OUT], oc.SIZE])
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -625,6 +622,7 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
         unowned(written), unowned(work), unowned(temps), unowned(homes))
     K = adjoint.shape[1]
     flat = adjoint.reshape(adjoint.size)
+    run_rows = _run_rows(scalars)
     r = code.shape[0] - 1
     while r >= 0:
         if K == 1:
@@ -637,7 +635,7 @@ def _reverse_rows(code, slots, iattr, fattr, arena, adjoint, written, work, temp
             r = next_row(row_kernels, SCALAR_ROWS_REVERSE, (code, r, slots, iattr, fattr, arena, flat, written))
             if r >= 0:
                 r = next_row(row_kernels, SMALL_ROWS_REVERSE,
-                             (code, r, slots, iattr, fattr, arena, flat, written, scalars))
+                             (code, r, slots, iattr, fattr, arena, flat, written, run_rows))
             if r < 0:
                 break
             if scalars is not None:
@@ -845,16 +843,23 @@ def scalar_run_reverse(operands):
                 flat[j1] += g * db
 
 
-def _starts_run(scalars, r):
-    """Whether row r starts a scalar run of `scalars` (None: no runs). An overload: numba prunes a branch on
-    `scalars is None` for arguments only, and small_rows_reverse unpacks its scalars from a tuple."""
+def _run_rows(scalars):
+    """The compact rows small_rows_reverse reads a replay's scalar runs from: `scalars`, or none (an empty table,
+    of the same type: reverse_sweep and a replay's gradient steps call one compiled small_rows_reverse) where
+    `scalars` is None. An overload: numba prunes a branch on `scalars is None` for arguments only."""
 
 
-@overload(_starts_run, inline="always")
-def _starts_run_overload(scalars, r):
+@overload(_run_rows, inline="always")
+def _run_rows_overload(scalars):
     if isinstance(scalars, types.NoneType):
-        return lambda scalars, r: False
-    return lambda scalars, r: scalars[r, SC_RUN] > 0
+        return lambda scalars: np.zeros((0, SC_FLAGS + 1), np.int64)
+    return lambda scalars: scalars
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _starts_run(scalars, r):
+    """Whether row r starts a scalar run of `scalars` (compact rows: layout.scalar_runs; none in reverse_sweep)."""
+    return r < scalars.shape[0] and scalars[r, SC_RUN] > 0
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -928,7 +933,7 @@ def small_rows_reverse(operands):
     _reverse_rows) (-1: none).
     A loop of its own: in the general row's code a small row pays for its views (~60 ns), and a scalar chain
     runs faster still in scalar_rows_reverse's straight-line loop (25% slower in this one). Addressed; scalars:
-    a replay's scalar runs, or None (reverse_sweep)."""
+    a replay's scalar runs, or none (reverse_sweep: see _run_rows)."""
     code, r0, slots, iattr, fattr, arena, flat, written, scalars = operands
     for r in range(r0, -1, -1):
         if _starts_run(scalars, r):

@@ -27,7 +27,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 from numba import typeof, types
 
-from .. import opcodes as oc
+from .. import opcodes as oc, return_type
+from ..layout import SC_FLAGS
 from ..parallel_compile import ready
 from .addressed import plain, signature_key
 from .interpreter import (ADDRESSED_KERNELS, FORWARD_FIRST, FORWARD_KERNEL_OF, FORWARD_ROW_KERNELS, FUSED_FORWARD,
@@ -40,9 +41,22 @@ from .tangents import (SECOND_ORDER_FIRST, SECOND_ORDER_KERNEL_OF, SECOND_ORDER_
 from .workspace import new_work
 
 try:        # numba's C function typing an argument for its dispatch (~0.2 us), else numba's typeof (~5 us)
-    from numba._dispatcher import compute_fingerprint as _type_key
+    from numba._dispatcher import compute_fingerprint as type_key
 except ImportError:
-    _type_key = typeof
+    type_key = typeof
+
+_types = {}         # type_key -> numba type
+
+
+def _typeof(array):
+    """numba's typeof of `array`, found by its type_key after the first (the kernel tables type the same arrays
+    again and again)."""
+    key = type_key(array)
+    found = _types.get(key)
+    if found is None:
+        found = _types[key] = typeof(array)
+    return found
+
 
 # every addressed kernel, a row each in a table: the interpreter's, then the tangent and second-order sweeps'
 KERNELS = ADDRESSED_KERNELS + TANGENT_ROW_KERNELS + SECOND_ORDER_ROW_KERNELS
@@ -63,11 +77,10 @@ class AddressedGroup(NamedTuple):
 
     def signature(self, arrays):
         """The kernels' argument types for `arrays`: the type of their operand tuple."""
-        outer = self.outer(*map(typeof, arrays))
+        outer = self.outer(*map(_typeof, arrays))
         if self.operands is None:
             return plain((types.Tuple(outer),))
-        self.operands.compile(outer)
-        return plain((self.operands.overloads[outer].signature.return_type,))
+        return plain((return_type(self.operands, outer),))
 
 
 def _single(first, outer, returns=types.none):
@@ -95,7 +108,7 @@ SCALAR_RUN_FORWARD_GROUP = _single(SCALAR_RUN_FORWARD, lambda scalars, iattr, fa
     scalars, _ROW, _ROW, iattr, fattr, arena))
 SCALAR_ROWS_REVERSE_GROUP = _single(SCALAR_ROWS_REVERSE, lambda code, slots, iattr, fattr, arena, flat: (
     code, _ROW, slots, iattr, fattr, arena, flat, _WRITTEN), _ROW)
-SMALL_ROWS_REVERSE_GROUP = _single(   # scalars: a replay's scalar runs, None in reverse_sweep
+SMALL_ROWS_REVERSE_GROUP = _single(   # scalars: a replay's scalar runs, none (_NO_RUNS) in reverse_sweep
     SMALL_ROWS_REVERSE, lambda code, slots, iattr, fattr, arena, flat, scalars: (
         code, _ROW, slots, iattr, fattr, arena, flat, _WRITTEN, scalars), _ROW)
 SCALAR_RUN_REVERSE_GROUP = _single(SCALAR_RUN_REVERSE, lambda scalars, iattr, fattr, arena, flat: (
@@ -135,7 +148,7 @@ def reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes, every
     return [(REVERSE, (code, slots, iattr, fattr, arena, adjoint, temps, homes),
              _wanted(REVERSE, needed_reverse_kernels(code, slots, every_row), every_kernel)),
             (SCALAR_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat), [0]),
-            (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, None), [0]),
+            (SMALL_ROWS_REVERSE_GROUP, (code, slots, iattr, fattr, arena, flat, _NO_RUNS), [0]),
             _columns_need(code, slots, iattr, fattr, arena, adjoint, not every_row, every_kernel)]
 
 
@@ -180,6 +193,7 @@ def second_order_needs(code, slots, iattr, fattr, arena, adjoint, tangent, adjoi
 
 
 _NO_HOMES = np.zeros(0, np.int64)     # a replay reads every value in its arena
+_NO_RUNS = np.zeros((0, SC_FLAGS + 1), np.int64)      # reverse_sweep's scalar runs (interpreter._run_rows)
 
 
 def replay_kernels(*arrays):
@@ -253,7 +267,7 @@ def kernel_table(needs, sweep=None):
     arrays, its addresses filled as Programs need them; the rows of other groups keep key 0 (a call raises).
     sweep: (the sweep's dispatcher, its arguments but the table), compiled with the kernels, side by side where
     the cache lacks them (parallel_compile), when it has no compiled signature yet."""
-    kind = tuple((group.first, tuple(map(_type_key, arrays))) for group, arrays, _ in needs)
+    kind = tuple((group.first, tuple(map(type_key, arrays))) for group, arrays, _ in needs)
     found = _by_kind.get(kind)
     if found is None:
         signed = tuple((group, group.signature(arrays)) for group, arrays, _ in needs)
