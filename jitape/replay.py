@@ -236,20 +236,22 @@ class Concrete:
         rows before it) with their seeds and the moves of their gradients into the arena, the guard tables, and
         the arena spans of inputs, writes and outputs. fuse: replays run the run layout (jitape_kernels.layout),
         after which only outputs, guards and writes hold their values (nothing may differentiate them)."""
-        step_rows, step_code, moves = [], [], []
+        step_rows, step_code, step_flags, moves = [], [], [], []
         n_code = n_adjoint = 0
         for position, target, pairs in self.gradient_steps:
-            code, adjoint_rows, adjoint_size = derivative_plan(self.code[:position], self.slots,
-                                                               np.array([target], np.int64),
-                                                               np.array([s for s, _ in pairs], np.int64))
+            code, adjoint_rows, adjoint_size, flags = derivative_plan(self.code[:position], self.slots,
+                                                                      np.array([target], np.int64),
+                                                                      np.array([s for s, _ in pairs], np.int64))
             step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
                               self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])
             moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], out, s] for s, out in pairs]     # out: below
             step_code.append(code)
+            step_flags.append(flags)
             n_code += code.shape[0]
             n_adjoint = max(n_adjoint, int(adjoint_size))
         self._steps = np.array(step_rows, np.int64).reshape(-1, 8)
         self._step_code = np.concatenate(step_code) if step_code else np.zeros((0, oc.W), np.int64)
+        self._step_flags = np.concatenate(step_flags) if step_flags else np.zeros(0, np.int64)
         live = [e[1] for e in self.outputs if e[0] == "slot"] + [w[1] for w in self.writes
                                                                  if not isinstance(w[1], np.ndarray)]
         live += [g[0] for g in self.slot_guards]
@@ -273,7 +275,7 @@ class Concrete:
                                                                          self.iattr, self._moves)
         self._run_code, self._step_code, n_stash = logsumexp_stashes(self._run_code, self._step_code, self.slots)
         self._scalars = scalar_runs(self._run_code, self.slots, self._steps[:, 0])
-        self._step_scalars = scalar_runs(self._step_code, self.slots, steps=self._steps)
+        self._step_scalars = scalar_runs(self._step_code, self.slots, steps=self._steps, flags=self._step_flags)
         # the fused groups' buffers (the forward's and the reverse's run apart), then the stashes
         self._scratch_blocks = max(n_scratch, n_reverse)
         self._scratch = np.empty(self._scratch_blocks * BLOCK + n_stash, self.dtype)
@@ -462,7 +464,7 @@ class Concrete:
         gradients(purpose) reads them, as arrays of `dtypes` (one per source: the variant fixes them)."""
         if columns > 1 and self.gradient_steps:
             raise ValueError("Concrete.bind_gradient: a Jacobian step needs a variant without gradient steps")
-        program = self.program([target], sources)
+        program, flags = self._derivative([target], sources)
         rows = [int(program.adjoint_rows[s]) if s >= 0 else -1 for s in sources]
         n_code, n_moves = self._step_code.shape[0], self._moves.shape[0]
         step = [self.code.shape[0], n_code, n_code + program.code.shape[0], program.adjoint_rows[target],
@@ -484,7 +486,8 @@ class Concrete:
         if columns == 1:
             run_code, step_code, n_stash = logsumexp_stashes(run_code, step_code, self.slots)
         scratch = np.empty(max(n_scratch, n_reverse) * BLOCK + n_stash, self.dtype)
-        step_scalars = scalar_runs(step_code, self.slots, steps=steps)
+        step_scalars = scalar_runs(step_code, self.slots, steps=steps,
+                                   flags=np.concatenate([self._step_flags, flags]))
         # a Jacobian's step (K columns) runs its rows one by one: no reverse group's kernel
         kernels = self._group_kernels(device, run_code, step_code, fused, places,
                                       step_groups if columns == 1 else np.zeros_like(step_groups), step_places,
@@ -575,18 +578,23 @@ class Concrete:
     def program(self, targets, sources):
         """The derivative Program of `targets` w.r.t. `sources` (slots) over this variant's arena: planned once
         and kept (its arena is the one every run fills)."""
+        return self._derivative(targets, sources)[0]
+
+    def _derivative(self, targets, sources):
+        """(program(targets, sources), the reverse flags of its rows: planning.derivative_plan's)."""
         if self._fuses:
             raise ValueError("Concrete.program: this variant replays in its run layout, which keeps only outputs, "
                              "guards and writes; derivatives use the Function's twin() (traced to be differentiated)")
         key = (tuple(targets), tuple(sources))
-        program = self._plans.get(key)
-        if program is None:
-            code, adjoint_rows, adjoint_size = derivative_plan(self.code, self.slots, np.array(targets, np.int64),
-                                                               np.array(sources, np.int64))
-            program = self._plans[key] = Program(
+        planned = self._plans.get(key)
+        if planned is None:
+            code, adjoint_rows, adjoint_size, flags = derivative_plan(
+                self.code, self.slots, np.array(targets, np.int64), np.array(sources, np.int64))
+            planned = self._plans[key] = (Program(
                 code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
-                np.array(targets, np.int64), np.array(sources, np.int64), tuple(np.zeros(0, np.int64) for _ in sources))
-        return program
+                np.array(targets, np.int64), np.array(sources, np.int64), tuple(np.zeros(0, np.int64) for _ in sources)),
+                flags)
+        return planned
 
 
 def _unreached(adjoint):

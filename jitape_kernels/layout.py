@@ -27,14 +27,13 @@ Host code shared by every backend, planned once per variant.
 import numpy as np
 
 from . import opcodes as oc
-from .planning import reverse_flags
 
 BLOCK = 1024            # entries per block of a fused group: a row's operands stay in L1 (8,192: 1.5x slower)
 FUSE_MIN_SIZE = 16384       # smaller groups gain nothing from blocks
 
 # The compact rows of scalar runs (scalar_runs): the code columns a scalar elementwise row reads, then at a run's
 # first row (in sweep order) its stop row (forward) or its number of rows (reverse), and in a gradient step every
-# row's planned flags (planning.reverse_flags), which fused reverse groups run from too
+# row's planned flags (planning.reverse_flags, given by derivative_plan), which fused reverse groups run from too
 (SC_OP, SC_OUT_OFF, SC_IN0_OFF, SC_IN1_OFF, SC_ATTR, SC_OUT_ADJ, SC_IN0_ADJ, SC_IN1_ADJ, SC_IN0, SC_IN1, SC_RUN,
  SC_FLAGS) = range(12)
 _SCALAR_COLUMNS = [oc.OP, oc.OUT_OFF, oc.IN0_OFF, oc.IN1_OFF, oc.ATTR, oc.OUT_ADJ, oc.IN0_ADJ, oc.IN1_ADJ, oc.IN0,
@@ -347,13 +346,13 @@ def _runs(scalar, cuts):
     return starts, breaks[np.searchsorted(breaks, starts, side="right")]
 
 
-def scalar_runs(code, slots, positions=(), steps=None):
+def scalar_runs(code, slots, positions=(), steps=None, flags=None):
     """The compact rows (SC_* columns) of `code`, whose runs of scalar elementwise rows replays run from them
     (interpreter.scalar_run_forward and scalar_run_reverse): no slot table, no size checks, and in a gradient
     step no reads of `written`. Forward (the run code, `positions` its gradient steps'): no run crosses a
     position, SC_RUN of a run's first row is its stop. Reverse (steps: replay_sweep's, over the steps' derivative
     rows `code`): runs within a step, SC_RUN of a run's last row (the sweep's first) its number of rows, SC_FLAGS
-    the flags planning.reverse_flags plans from the step's target."""
+    `flags`, per row, as derivative_plan planned them from the step's target (planning.reverse_flags)."""
     rows = np.zeros((code.shape[0], SC_FLAGS + 1), np.int64)
     if not code.shape[0]:
         return rows
@@ -365,6 +364,5 @@ def scalar_runs(code, slots, positions=(), steps=None):
         return rows
     starts, stops = _runs(scalar, steps[:, 1])
     rows[stops - 1, SC_RUN] = stops - starts
-    for lo, hi, target in steps[:, [1, 2, 7]].tolist():
-        rows[lo:hi, SC_FLAGS] = reverse_flags(code[lo:hi], target, slots.shape[0])
+    rows[:, SC_FLAGS] = flags
     return rows

@@ -50,7 +50,8 @@ def reachability(rows, n_slots, targets, sources, values):
 def derivative_plan(code, slots, targets, sources):
     """The rows of a Program with a fixed arena layout (a replayed function) that a derivative of the targets
     w.r.t. the sources runs, with their adjoint rows filled in: (code [m, W], adjoint_rows [n_slots],
-    adjoint_size). Rows kept are those on a path from a source to a target."""
+    adjoint_size, flags [m]: reverse_flags' of the kept rows). Rows kept are those on a path from a source to a
+    target."""
     n_slots = slots.shape[0]
     need, active = reachability(code, n_slots, targets, sources, False)
     adjoint_rows = np.full(n_slots, -1, np.int64)
@@ -73,7 +74,7 @@ def derivative_plan(code, slots, targets, sources):
                 s = code[r, oc.OUT + c]
                 kept[k, oc.OUT_ADJ + c] = adjoint_rows[s] if s >= 0 else -1
             k += 1
-    return kept, adjoint_rows, adjoint_size
+    return kept, adjoint_rows, adjoint_size, reverse_flags(kept, targets, n_slots)
 
 
 # What of the recorded values plan() lays out to be copied into the arena: every used slot's, or only those read
@@ -292,14 +293,15 @@ def _free(free_start, free_size, n_free, start, size):
 
 
 @njit(cache=True, error_model="numpy")
-def reverse_flags(code, target, n_slots):
-    """Per row of a reverse sweep over `code` seeded at the slot `target` alone (a replay's gradient step), what
-    the sweep's `written` will find there, row by row: bit 0, the row runs (its output's cotangent was written);
-    bit 1 + c, its input c (IN0..IN2) is first written there (set, not added to). Fixed by the plan, so a replay's
-    scalar runs and fused reverse groups run from these bits (interpreter.scalar_run_reverse, fused_reverse)
-    without reading `written`."""
+def reverse_flags(code, targets, n_slots):
+    """Per row of a reverse sweep over `code` seeded at the slots `targets` alone (a replay's gradient step: its
+    target), what the sweep's `written` will find there, row by row: bit 0, the row runs (its output's cotangent
+    was written); bit 1 + c, its input c (IN0..IN2) is first written there (set, not added to). Fixed by the
+    plan, so a replay's scalar runs and fused reverse groups run from these bits (interpreter.scalar_run_reverse,
+    fused_reverse) without reading `written`. Planned with the rows (derivative_plan): a kernel of its own was
+    one more load of a process's first replayed gradient."""
     written = np.zeros(n_slots, np.bool_)
-    written[target] = True
+    _mark(written, targets)
     flags = np.zeros(code.shape[0], np.int64)
     for r in range(code.shape[0] - 1, -1, -1):
         if not written[code[r, oc.OUT]]:

@@ -298,8 +298,8 @@ def test_a_traced_gradient_of_an_intermediate_reads_its_cotangent_from_the_adjoi
     assert np.any(concrete._step_groups > 1)
 
 
-def _no_scalar_runs(code, slots, positions=(), steps=None):
-    rows = layout.scalar_runs(code, slots, positions, steps)
+def _no_scalar_runs(code, slots, positions=(), steps=None, flags=None):
+    rows = layout.scalar_runs(code, slots, positions, steps, flags)
     rows[:, layout.SC_RUN] = 0
     return rows
 

@@ -6,7 +6,7 @@ from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep, per_example_temps
 from .tangents import second_order_sweep, tangent_sweep
 from ..layout import SC_FLAGS
-from ..planning import READS_ALL, derivative_plan, plan, reverse_flags
+from ..planning import READS_ALL, derivative_plan, plan
 from .interpreter import forward_sweep, planned_temps, replay_sweep, reverse_sweep
 from .elementwise import strided_arithmetic
 from .fusion import KERNEL_COLUMNS, GroupKernels
@@ -162,7 +162,6 @@ def _planning_steps():
                                                           np.zeros(0, np.int64), -1)),
             ("per_example_plan", lambda: per_example_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
                                                           np.zeros(0, np.int64), np.zeros(0, np.int64), 1)),
-            ("reverse_flags", lambda: reverse_flags(np.zeros((0, oc.W), np.int64), 0, 1)),
             ("planned_temps", lambda: planned_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64))),
             ("per_example_temps", lambda: per_example_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64),
                                                             np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 1))]
