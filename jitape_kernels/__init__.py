@@ -15,12 +15,14 @@ needs it only to link the function into one compiled later; here the bitcode is 
 when such a compile asks for it, and the symbols the execution engine must know are
 stored by name. Processes may compile the same kernels at once (a parallel `jitape warmup`,
 a user's process pool on a cold cache): _KernelCacheFile stores every compile result under a
-name of its own and merges the index entries that name them.
+name of its own and merges the index entries that name them. numba's runtime (NRT), whose LLVM functions numba
+compiles in every process, is loaded from this cache too (_start_runtime).
 """
 import contextlib
 import functools
 import hashlib
 import os
+import pickle
 import tempfile
 from pathlib import Path
 
@@ -28,7 +30,8 @@ import llvmlite.binding as ll
 import numba
 from numba import typeof
 from numba.core import caching, codegen, compiler, types
-from numba.core.runtime import rtsys
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.runtime import nrtdynmod, rtsys
 
 from . import scipy_blas
 
@@ -129,9 +132,7 @@ class _KernelCacheImpl(caching.CompileResultCacheImpl):
     def reduce(self, cres):
         libdata, *rest = cres._reduce()
         name, kind, (object_code, bitcode) = libdata
-        module = cres.library._get_module_for_linking()
-        symbols = [g.name for g in (*module.functions, *module.global_variables) if not g.is_declaration]
-        return ((name, kind, (object_code, bitcode, symbols)), *rest)
+        return ((name, kind, (object_code, bitcode, _defined_symbols(cres.library))), *rest)
 
     def rebuild(self, target_context, payload):
         (name, kind, (object_code, bitcode, symbols)), *rest = payload
@@ -140,13 +141,7 @@ class _KernelCacheImpl(caching.CompileResultCacheImpl):
         fndesc, env, signature, objectmode, lifted, typeann, reload_init, referenced_envs = rest
         for initialise in reload_init or ():
             initialise()
-        # what numba's CodeLibrary._unserialize does for object code, but the bitcode's parse
-        library = _LazilyLinked(target_context.codegen(), name)
-        library.enable_object_caching()
-        library._set_compiled_object(object_code)
-        library._bitcode = bitcode
-        library._finalize_final_module()
-        library.codegen._engine._defined_symbols.update(symbols)
+        library = _loaded_library(target_context.codegen(), name, object_code, bitcode, symbols)
         # and what numba's CompileResult._rebuild does with it
         fields = dict.fromkeys(compiler.CR_FIELDS)
         fields.update(target_context=target_context, typing_context=target_context.typing_context, library=library,
@@ -156,6 +151,25 @@ class _KernelCacheImpl(caching.CompileResultCacheImpl):
         for referenced in referenced_envs:
             library.codegen.set_env(referenced.env_name, referenced)
         return compiler.CompileResult(**fields)
+
+
+def _defined_symbols(library):
+    """The names of the functions and globals a finalized library defines (which its loaded copy must declare to
+    the execution engine: numba reads them from the module, which a lazy load does not parse)."""
+    module = library._get_module_for_linking()
+    return [g.name for g in (*module.functions, *module.global_variables) if not g.is_declaration]
+
+
+def _loaded_library(codegen, name, object_code, bitcode, symbols):
+    """A library of `codegen` from its saved object code, bitcode and defined symbols: numba's
+    CodeLibrary._unserialize for object code, but the bitcode's parse (see _LazilyLinked)."""
+    library = _LazilyLinked(codegen, name)
+    library.enable_object_caching()
+    library._set_compiled_object(object_code)
+    library._bitcode = bitcode
+    library._finalize_final_module()
+    library.codegen._engine._defined_symbols.update(symbols)
+    return library
 
 
 # the numba internals rebuild() uses instead of numba's CodeLibrary._unserialize and CompileResult._rebuild
@@ -232,10 +246,11 @@ class _KernelCache(caching.FunctionCache):
     def load_overload(self, sig, target_context):
         """numba's load, but its refresh of the whole target context: that imports and installs every typing and
         lowering registry numba has (0.1 s of a process's first gradient), which only a compile uses (numba's
-        compiles refresh it themselves). A load needs the runtime (NRT) that machine code calls, started here."""
+        compiles refresh it themselves). A load needs the runtime (NRT) that machine code calls, started here
+        (_start_runtime)."""
         if not _LIGHT_LOADS:
             return super().load_overload(sig, target_context)
-        rtsys.initialize(target_context)
+        _start_runtime(target_context)
         with self._guard_against_spurious_io_errors():
             return self._load_overload(sig, target_context)
 
@@ -299,6 +314,56 @@ def return_type(dispatcher, signature):
         dispatcher.compile(signature)
         compiled = dispatcher.overloads[signature]
     return compiled.signature.return_type
+
+
+def _start_runtime(context):
+    """numba's rtsys.initialize(context), its functions (numba compiles the runtime's LLVM functions in every
+    process: ~18 ms of a process's first gradient) loaded from jitape's cache after one process compiled them
+    (_runtime_functions)."""
+    if getattr(rtsys, "_init", False):
+        return
+    if not _CACHED_RUNTIME:
+        rtsys.initialize(context)
+        return
+    with global_compiler_lock:      # no other thread compiles while numba's compile of them is replaced
+        nrtdynmod.compile_nrt_functions = _runtime_functions
+        try:
+            rtsys.initialize(context)
+        finally:
+            nrtdynmod.compile_nrt_functions = _compile_runtime_functions
+
+
+def _runtime_functions(context):
+    """numba's nrtdynmod.compile_nrt_functions(context), loaded from the cache where it holds their compile for
+    the same LLVM IR by this machine's codegen (else compiled, as numba does, and saved)."""
+    ir_module, library = nrtdynmod.create_nrt_module(context)
+    codegen = context.codegen()
+    key = repr((str(ir_module), _MagicOnce.of(codegen).magic_tuple(), numba.config.OPT))
+    path = _CACHE_DIR / f"runtime-{hashlib.sha256(key.encode()).hexdigest()[:24]}.pkl"
+    try:
+        with open(path, "rb") as saved:
+            object_code, bitcode, symbols = pickle.load(saved)
+    except Exception:       # missing or unreadable (truncated, foreign): compiled, and saved over it
+        pass
+    else:
+        return _loaded_library(codegen, library.name, object_code, bitcode, symbols)
+    library.enable_object_caching()
+    library.add_ir_module(ir_module)
+    library.finalize()
+    try:        # written whole, then renamed: a process loading at once reads the old file or the new one
+        with tempfile.NamedTemporaryFile("wb", dir=_CACHE_DIR, delete=False) as saving:
+            pickle.dump((library._get_compiled_object(), library._get_module_for_linking().as_bitcode(),
+                         _defined_symbols(library)), saving)
+        os.replace(saving.name, path)
+    except OSError:         # a read-only cache: compiled in every process, as numba does
+        pass
+    return library
+
+
+# the numba internals _start_runtime uses (a numba without them starts its runtime itself)
+_compile_runtime_functions = getattr(nrtdynmod, "compile_nrt_functions", None)
+_CACHED_RUNTIME = (_compile_runtime_functions is not None and hasattr(nrtdynmod, "create_nrt_module")
+                   and hasattr(rtsys, "_init") and _LAZY_LOADS)
 
 
 # the numba internals _KernelCache.load_overload uses (a numba without them keeps its own load)

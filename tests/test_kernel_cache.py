@@ -128,6 +128,30 @@ print(loaded, found == interpreter.forward_operands.overloads[signature].signatu
     assert _run(code, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["0", "True", "11"]     # read: nothing loaded
 
 
+_RUNTIME_THEN_A_USER_COMPILE = """
+import numba, numpy as np
+from numba.core.runtime import nrtdynmod, rtsys
+compile_nrt_functions = nrtdynmod.compile_nrt_functions
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+w, g, v = np.ones(3), np.full(3, 2.0), np.zeros(3)
+sgd_momentum_step(w, g, v, 0.5, 0.0, False, w)                  # loaded: starts the runtime
+allocate = numba.njit(lambda n: np.ones(n).sum())               # a user's compile, linking the runtime's functions
+print(w[0], allocate(4), type(rtsys.library).__name__, nrtdynmod.compile_nrt_functions is compile_nrt_functions)
+"""
+
+
+def test_the_runtime_s_functions_load_from_the_cache_after_one_process_compiled_them(tmp_path):
+    # numba compiles its runtime's LLVM functions in every process (~18 ms of a first gradient)
+    _compile_and_cache(tmp_path)        # its process compiled them (and the kernel) and saved them
+    (saved,) = Path(tmp_path).rglob("runtime-*.pkl")
+    assert _run(_RUNTIME_THEN_A_USER_COMPILE, JITAPE_CACHE_DIR=str(tmp_path)).split() == [
+        "0.0", "4.0", "_LazilyLinked", "True"]
+    saved.write_bytes(b"not a runtime")         # unreadable: compiled again and saved over
+    assert _run(_RUNTIME_THEN_A_USER_COMPILE, JITAPE_CACHE_DIR=str(tmp_path)).split() == [
+        "0.0", "4.0", "JITCodeLibrary", "True"]
+    assert _run(_RUNTIME_THEN_A_USER_COMPILE, JITAPE_CACHE_DIR=str(tmp_path)).split()[2] == "_LazilyLinked"
+
+
 def test_a_kernel_loads_from_the_cache_without_numbas_compile_registries(tmp_path):
     """numba refreshes its whole target context before a cache load (0.1 s of a first gradient): jitape's
     loads start only the runtime, and a compile afterwards (which refreshes for itself) still works."""
