@@ -80,8 +80,10 @@ def _fusable(code, slots, iattr):
     """Per row, whether it can join a fused group: an elementwise op (unary, binary, compare, where) whose
     inputs have its size, or a TILE that broadcasts (every input axis 1 or the output's; of one entry, a fill),
     which interpreter.fused_forward runs block by block."""
-    op = code[:, oc.OP]
     size = slots[code[:, oc.OUT], oc.SIZE]
+    if not (size >= FUSE_MIN_SIZE).any():
+        return np.zeros(code.shape[0], np.bool_)
+    op = code[:, oc.OP]
     elementwise = op <= oc.WHERE
     same = np.ones(code.shape[0], np.bool_)
     for c in (oc.IN0, oc.IN1, oc.IN2):
@@ -159,6 +161,8 @@ def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True
     fused = np.zeros(n, np.int64)
     places = np.full((n, 4), -1, np.int64)
     fusable = _fusable(run, slots, iattr)
+    if not fusable.any():       # no group (every row under FUSE_MIN_SIZE: a scalar chain's 4,000 rows, ~0.4 ms)
+        return run, offsets, positions, fused, places, 0
     size = slots[run[:, oc.OUT], oc.SIZE]
     # a group ends where fusable rows of one size end, and at every gradient step (it reads the values before)
     starts = fusable & ~(np.concatenate([[False], fusable[:-1] & (size[1:] == size[:-1])]) if n else fusable)
@@ -205,6 +209,8 @@ def _reverse_fusable(code, slots, iattr):
     reduced one's), a MAX or MIN along the last axis (its tied extrema's shares, worked out before the group's
     blocks), or a broadcast whose reverse sums entry by entry (_sums_in_order), of at least FUSE_MIN_SIZE
     entries."""
+    if not (slots[:, oc.SIZE] >= FUSE_MIN_SIZE).any():     # no slot that large: no row joins a group
+        return np.zeros(code.shape[0], np.int64)
     op = code[:, oc.OP]
     size = slots[code[:, oc.OUT], oc.SIZE]
     elementwise = (op < oc.COMPARE_FIRST) | (op == oc.WHERE)      # compares carry no cotangent

@@ -166,6 +166,43 @@ def test_a_sweep_given_a_table_of_other_types_raises_instead_of_running():
     assert arena[target] == program.arena[target]
 
 
+def _traced_gradient(body):
+    """jt.function of the gradient of body(x), taken with a tape inside (a gradient step of the replay)."""
+    def step(x):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = body(x)
+        return tape.gradient(y, x)
+    return step, jt.function(step)
+
+
+def _scalar_chain(x):
+    y = x
+    for _ in range(20):
+        y = jt.sin(y) * x + 0.5 * y
+    return y
+
+
+@pytest.mark.parametrize("body, x, loops", [
+    (_scalar_chain, 0.3, ["run forward", "run reverse"]),      # every row in a scalar run
+    (lambda x: jt.reduce_sum(jt.sin(x) * x), np.linspace(0, 1, 4), ["rows forward", "rows reverse", "small"]),
+    (lambda x: jt.reduce_sum(jt.sin(x) * x) * _scalar_chain(jt.reduce_sum(x)), np.linspace(0, 1, 4),
+     ["rows forward", "run forward", "rows reverse", "small", "run reverse"]),
+])
+def test_a_replay_needs_the_loops_of_small_rows_only_where_a_row_is_outside_every_scalar_run(body, x, loops):
+    step, replayed = _traced_gradient(body)
+    x = np.asarray(x, np.float64)
+    for value in (x, x * 0.5, x + 0.25):
+        np.testing.assert_allclose(replayed(jt.constant(value)).numpy(), step(jt.constant(value)).numpy(), rtol=1e-6)
+    (concrete,) = [c for variants in replayed._variants.values() for c in variants]
+    arrays = concrete._replayers["cpu"].args[:-1]       # the bound replay's arrays but its table
+    needed = {group.first for group, _, indices in row_kernels.replay_needs(*arrays) if len(indices)}
+    names = {"rows forward": row_kernels.SCALAR_ROWS_FORWARD_GROUP, "run forward": row_kernels.SCALAR_RUN_FORWARD_GROUP,
+             "rows reverse": row_kernels.SCALAR_ROWS_REVERSE_GROUP, "small": row_kernels.SMALL_ROWS_REVERSE_GROUP,
+             "run reverse": row_kernels.SCALAR_RUN_REVERSE_GROUP}
+    assert [name for name, group in names.items() if group.first in needed] == loops
+
+
 _FIRST_GRADIENT = """
 import numpy as np
 import jitape as jt
@@ -203,11 +240,12 @@ def test_a_first_gradient_on_an_empty_cache_compiles_only_its_families_kernels(t
     compiled, other_families, compiled_by_replay, other_families_by_replay = result.stdout.splitlines()
     assert compiled == "['reverse_sum_row', 'reverse_unary_row', 'scalar_rows_reverse', 'small_rows_reverse']"
     assert other_families == "[]"
-    # the replay: sin, the product and the sum of 40 entries, rows of their own (too short for a fused group)
+    # the replay: sin, the product and the sum of 40 entries, rows of their own (too short for a fused group),
+    # and no scalar run
     assert compiled_by_replay == ("['forward_binary_row', 'forward_sum_row', 'forward_unary_row', "
                                   "'reverse_binary_row', 'reverse_sum_row', 'reverse_unary_row', "
-                                  "'scalar_rows_forward', 'scalar_rows_reverse', 'scalar_run_forward', "
-                                  "'scalar_run_reverse', 'small_rows_reverse']"), compiled_by_replay
+                                  "'scalar_rows_forward', 'scalar_rows_reverse', 'small_rows_reverse']"
+                                  ), compiled_by_replay
     assert other_families_by_replay == "[]"
     # a new process on that cache loads what it needs, and no operand builder (the sweeps inline them: the
     # tables read their types from the cache); reverse_sweep and the replay run one small_rows_reverse

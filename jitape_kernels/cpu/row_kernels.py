@@ -28,7 +28,7 @@ import numpy as np
 from numba import typeof, types
 
 from .. import opcodes as oc, return_type
-from ..layout import SC_FLAGS
+from ..layout import SC_FLAGS, SC_RUN
 from ..parallel_compile import ready
 from .addressed import plain, signature_key
 from .interpreter import (ADDRESSED_KERNELS, FORWARD_FIRST, FORWARD_KERNEL_OF, FORWARD_ROW_KERNELS, FUSED_FORWARD,
@@ -205,15 +205,26 @@ def replay_kernels(*arrays):
 def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
                  scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args,
                  every_kernel=False):
-    """kernel_table's needs for replay_sweep's other arguments: its scalar loops, the forward row kernels of the
-    rows of `code` that no fused group holds, fused_forward if there is a group, the reverse row kernels of
+    """kernel_table's needs for replay_sweep's other arguments: the scalar loops it calls (a scalar run's where
+    there is one; the loops of small rows where a row is outside every run), the forward row kernels of the rows
+    of `code` that no fused group holds, fused_forward if there is a group, the reverse row kernels of
     step_code's rows and fused_reverse if a gradient step has a fused group (every_kernel: every kernel of each
-    group, as the warmup takes)."""
+    group, as the warmup takes). A scalar chain's replay loads no loop of small rows."""
     outside = np.ones(code.shape[0], np.bool_)
     for r in np.flatnonzero(fused > np.arange(fused.size)):
         outside[r:fused[r]] = False
     flat = adjoint.reshape(adjoint.size)
     stashed = ((step_code[:, oc.OP] == oc.LOGSUMEXP) & (step_code[:, oc.STASH] >= 0)).any()     # interpreter._stashes
+    # interpreter._forward_rows runs a run from its first row (SC_RUN: its stop), a stashing row alone, and the
+    # other rows outside fused groups from scalar_rows_forward; _reverse_rows (one column) a run from its last
+    # row (SC_RUN: its length), and every other row from scalar_rows_reverse, then small_rows_reverse
+    forward_runs = np.flatnonzero(scalars[:, SC_RUN] > np.arange(code.shape[0]))
+    forward_loose = (outside & _outside_runs(forward_runs, scalars[forward_runs, SC_RUN], code.shape[0])
+                     & ~((code[:, oc.OP] == oc.LOGSUMEXP) & (code[:, oc.STASH] >= 0))).any()
+    one_column = adjoint.shape[1] == 1
+    reverse_runs = np.flatnonzero(step_scalars[:, SC_RUN] > 0)
+    reverse_loose = one_column and _outside_runs(reverse_runs - step_scalars[reverse_runs, SC_RUN] + 1,
+                                                 reverse_runs + 1, step_code.shape[0]).any()
     needs = [
         (FORWARD, (code, slots, iattr, fattr, arena, temps), needed_forward_kernels(code[outside], slots)),
         (REVERSE, (step_code, slots, iattr, fattr, arena, adjoint, temps, _NO_HOMES),
@@ -222,13 +233,23 @@ def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
         (FUSED_FORWARD_GROUP, (code, slots, iattr, fattr, arena, places, scratch), [0] if not outside.all() else []),
         (FUSED_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, step_places, scratch, step_scalars, kernels,
                                kernel_args), [0] if (step_groups > 1).any() else []),
-        (SCALAR_ROWS_FORWARD_GROUP, (code, slots, iattr, fattr, arena), [0]),
-        (SCALAR_RUN_FORWARD_GROUP, (scalars, iattr, fattr, arena), [0]),
-        (SCALAR_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat), [0]),
-        (SMALL_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, step_scalars), [0]),
-        (SCALAR_RUN_REVERSE_GROUP, (step_scalars, iattr, fattr, arena, flat), [0]),
+        (SCALAR_ROWS_FORWARD_GROUP, (code, slots, iattr, fattr, arena), [0] if forward_loose else []),
+        (SCALAR_RUN_FORWARD_GROUP, (scalars, iattr, fattr, arena), [0] if forward_runs.size else []),
+        (SCALAR_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat), [0] if reverse_loose else []),
+        (SMALL_ROWS_REVERSE_GROUP, (step_code, slots, iattr, fattr, arena, flat, step_scalars),
+         [0] if reverse_loose else []),
+        (SCALAR_RUN_REVERSE_GROUP, (step_scalars, iattr, fattr, arena, flat),
+         [0] if one_column and reverse_runs.size else []),
         (LOGSUMEXP_FROM_STASH_GROUP, (step_code, slots, iattr, flat, scratch), [0] if stashed else [])]
     return [(group, arrays, _wanted(group, indices, every_kernel)) for group, arrays, indices in needs]
+
+
+def _outside_runs(starts, stops, n):
+    """Per row of n, whether no run [starts[i], stops[i]) holds it (the runs disjoint)."""
+    depth = np.zeros(n + 1, np.int64)
+    depth[starts] += 1
+    depth[stops] -= 1
+    return np.cumsum(depth[:n]) == 0
 
 
 def _wanted(group, indices, every_kernel):
