@@ -23,8 +23,8 @@ import weakref
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.layout import (BLOCK, SC_FLAGS, hoisted, logsumexp_stashes, reverse_groups, run_layout,
-                                   scalar_runs)
+from jitape_kernels.layout import (BLOCK, SC_FLAGS, fused_groups, hoisted, logsumexp_stashes, reverse_groups,
+                                   run_layout, scalar_runs)
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest, recycling
@@ -418,8 +418,8 @@ class Concrete:
         device = backends.current(backend_name)
         fused, places, scratch = self._fused, self._places, self._scratch
         if lean:
-            _, _, _, fused, places, n_scratch = run_layout(self.code, self.slots, self.iattr, self._steps[:, 0],
-                                                           self._step_code.copy(), self._live, elide_copies=False)
+            fused, places, n_scratch = fused_groups(self.code, self.slots, self.iattr, self._steps[:, 0],
+                                                    self._step_code, self._live)
             n_stash = self._scratch.size - self._scratch_blocks * BLOCK
             scratch = np.empty(max(n_scratch, self._scratch_blocks) * BLOCK + n_stash, self.dtype)
         kernels = self._group_kernels(device, self._run_code, self._step_code, fused, places, self._step_groups,
@@ -477,8 +477,8 @@ class Concrete:
         if not self._fuses:
             # a differentiated variant keeps every value for its other uses; this purpose's replays need only
             # the outputs and what the gradient steps read: fused groups on the canonical layout
-            _, _, _, fused, places, n_scratch = run_layout(self.code, self.slots, self.iattr, steps[:, 0],
-                                                           step_code.copy(), self._live, elide_copies=False)
+            fused, places, n_scratch = fused_groups(self.code, self.slots, self.iattr, steps[:, 0], step_code,
+                                                    self._live)
         self.purpose_layouts[purpose] = fused, places
         moves = np.vstack([self._moves, np.array(moves, np.int64).reshape(-1, 4)])
         step_groups, step_places, n_reverse = reverse_groups(step_code, steps, self.slots, self.iattr, moves)

@@ -124,24 +124,21 @@ def _in_place(run, root, offsets, slots, positions, step_code, live, pairs):
         taken.update((old, new))
 
 
-def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True, in_place=()):
+def run_layout(code, slots, iattr, positions, step_code, live, in_place=()):
     """(run code, slot offsets, positions, fused, places, scratch buffers) for replaying `code` (over `slots`
     and `iattr`; rows with gradient steps before the rows `positions` name, whose derivative rows are
     `step_code`) when only the slots marked in `live` (outputs, guards, writes) and the values the steps'
-    derivative rules read (opcodes.FIRST_ORDER_READS) must hold their values afterwards. Without elide_copies
-    the copies stay and every slot keeps its own rows (the canonical offsets: a layout for one purpose of a
-    variant whose other uses read the canonical one). in_place: (slot read, slot written) of variables a
-    replay may update in their own rows (see _in_place).
+    derivative rules read (opcodes.FIRST_ORDER_READS) must hold their values afterwards: copies elided, and
+    fused_groups' groups. in_place: (slot read, slot written) of variables a replay may update in their own rows
+    (see _in_place).
 
     run code   code without the copies, reading the slot a copy copied where it read the copy; its offset
                columns (and step_code's, rewritten in place) hold `offsets`
     positions  the steps' positions in the run code
-    fused      per run-code row r: the stop row of the fused group starting at r, else 0
-    places     per run-code row [4]: the scratch buffer of its output and inputs in its group (-1: arena rows)
     """
     op = code[:, oc.OP]
     copies = ((op == oc.COPY) | (op == oc.STOP_GRADIENT)) & (
-        slots[code[:, oc.OUT], oc.SIZE] == slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE]) & elide_copies
+        slots[code[:, oc.OUT], oc.SIZE] == slots[np.maximum(code[:, oc.IN0], 0), oc.SIZE])
     # a copy's output is its input's value: the run code reads the slot that holds it (its root)
     root = np.arange(slots.shape[0])
     for r in np.flatnonzero(copies).tolist():       # in program order: a copy of a copy reads the first's input
@@ -157,12 +154,26 @@ def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True
         _in_place(run, root, offsets, slots, positions, step_code, live, in_place)
     oc.fill_offset_columns(run, offsets)
     oc.fill_offset_columns(step_code, offsets)
+    return (run, offsets, positions, *fused_groups(run, slots, iattr, positions, step_code, live, root))
+
+
+def fused_groups(run, slots, iattr, positions, step_code, live, root=None):
+    """(fused, places, scratch buffers): the fused groups of a replay of the run code `run` (run_layout's, or a
+    variant's code), with gradient steps before the rows `positions` name, whose derivative rows are
+    `step_code`, when only the slots marked in `live` and the values the steps' derivative rules read must hold
+    their values afterwards. root: per slot, the slot whose rows hold its value (run_layout's); None: every slot
+    its own (the canonical layout: a layout for one purpose of a variant whose other uses read that one).
+
+    fused      per run-code row r: the stop row of the fused group starting at r, else 0
+    places     per run-code row [4]: the scratch buffer of its output and inputs in its group (-1: arena rows)
+    """
     n = run.shape[0]
     fused = np.zeros(n, np.int64)
     places = np.full((n, 4), -1, np.int64)
     fusable = _fusable(run, slots, iattr)
-    if not fusable.any():       # no group (every row under FUSE_MIN_SIZE: a scalar chain's 4,000 rows, ~0.4 ms)
-        return run, offsets, positions, fused, places, 0
+    if not fusable.any():       # no group (every row under FUSE_MIN_SIZE: a scalar chain's 4,000 rows)
+        return fused, places, 0
+    root = np.arange(slots.shape[0]) if root is None else root
     size = slots[run[:, oc.OUT], oc.SIZE]
     # a group ends where fusable rows of one size end, and at every gradient step (it reads the values before)
     starts = fusable & ~(np.concatenate([[False], fusable[:-1] & (size[1:] == size[:-1])]) if n else fusable)
@@ -200,7 +211,7 @@ def run_layout(code, slots, iattr, positions, step_code, live, elide_copies=True
                 if s in place and last_read[s] <= r:
                     free.append(place.pop(s))
         n_scratch = max(n_scratch, used)
-    return run, offsets, positions, fused, places, n_scratch
+    return fused, places, n_scratch
 
 
 def _reverse_fusable(code, slots, iattr):

@@ -34,7 +34,7 @@ def compiled_for(dispatcher, arrays):
     key = (dispatcher, *map(row_kernels.type_key, arrays))
     entry = _entry_points.get(key)
     if entry is None:
-        entry = _entry_points[key] = dispatcher.compile(tuple(map(dispatcher.typeof_pyval, arrays)))
+        entry = _entry_points[key] = dispatcher.compile(tuple(map(row_kernels.typeof_array, arrays)))
     return entry
 
 

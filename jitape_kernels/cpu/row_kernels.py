@@ -48,7 +48,7 @@ except ImportError:
 _types = {}         # type_key -> numba type
 
 
-def _typeof(array):
+def typeof_array(array):
     """numba's typeof of `array`, found by its type_key after the first (the kernel tables type the same arrays
     again and again)."""
     key = type_key(array)
@@ -77,7 +77,7 @@ class AddressedGroup(NamedTuple):
 
     def signature(self, arrays):
         """The kernels' argument types for `arrays`: the type of their operand tuple."""
-        outer = self.outer(*map(_typeof, arrays))
+        outer = self.outer(*map(typeof_array, arrays))
         if self.operands is None:
             return plain((types.Tuple(outer),))
         return plain((return_type(self.operands, outer),))
@@ -278,6 +278,17 @@ def needed_forward_kernels(code, slots):
 
 
 _by_kind = {}           # the groups' first rows and their arrays' type keys -> ((group, signature), ...), table
+_by_group = {}          # a group's first row and its arrays' type keys -> (signature, signature key)
+
+
+def _signed(group, keys, arrays):
+    """(group.signature(arrays), its signature_key), worked out once per group and type keys of `arrays`
+    (replays' tables share most groups' arrays: numba's types of twenty-odd arrays were ~1 ms of a first one)."""
+    found = _by_group.get((group.first, keys))
+    if found is None:
+        signature = group.signature(arrays)
+        found = _by_group[group.first, keys] = (signature, signature_key(signature, group.returns))
+    return found
 _lock = threading.Lock()
 
 
@@ -291,10 +302,11 @@ def kernel_table(needs, sweep=None):
     kind = tuple((group.first, tuple(map(type_key, arrays))) for group, arrays, _ in needs)
     found = _by_kind.get(kind)
     if found is None:
-        signed = tuple((group, group.signature(arrays)) for group, arrays, _ in needs)
+        signed = tuple((group, _signed(group, keys, arrays)) for (group, arrays, _), (_, keys) in zip(needs, kind))
         table = np.zeros((len(KERNELS), 2), np.int64)
-        for group, signature in signed:
-            table[group.first:group.first + len(group.kernels), 1] = signature_key(signature, group.returns)
+        for group, (_, key) in signed:
+            table[group.first:group.first + len(group.kernels), 1] = key
+        signed = tuple((group, signature) for group, (signature, _) in signed)
         found = _by_kind.setdefault(kind, (signed, table))
     signed, table = found
     wanted = [(group, signature, k) for (group, signature), (_, _, indices) in zip(signed, needs) for k in indices]
@@ -304,7 +316,7 @@ def kernel_table(needs, sweep=None):
             pairs = [(group.kernels[k], signature) for group, signature, k in wanted if not table[group.first + k, 0]]
             if cold_sweep:       # first: the longest compile
                 dispatcher, arguments = sweep
-                pairs.insert(0, (dispatcher, tuple(map(dispatcher.typeof_pyval, (*arguments, table)))))
+                pairs.insert(0, (dispatcher, tuple(map(typeof_array, (*arguments, table)))))
             ready(pairs)
             for group, signature, k in wanted:
                 if not table[group.first + k, 0]:
