@@ -108,7 +108,7 @@ class CPU(Backend):
                                           step_places, step_flags)
 
     def replay_temps(self, code, step_code, iattr, columns, dtype):
-        return self._kernels.new_temps(np.concatenate([code, step_code]), iattr, columns, dtype)
+        return self._kernels.new_temps(code, iattr, columns, dtype, step_code)
 
     def _temps(self, program, columns):
         """The kernels' scratch for a sweep of `columns` columns over `program` (planned once per Program)."""

@@ -203,7 +203,7 @@ class Concrete:
         self.iattr, self.fattr = _compacted_attributes(code, np.frombuffer(trace._iattr, np.int64),
                                                        np.frombuffer(trace._fattr, np.float64))
         steps = code[:, oc.OP] == GRADIENT_STEP
-        self.code = np.ascontiguousarray(code[~steps])
+        self.code = np.ascontiguousarray(code[~steps]) if steps.any() else code     # no copy of a large code
         # (position in code, target slot, [(source slot, gradient slot)]): consecutive rows of one target
         self.gradient_steps = []
         for r in np.flatnonzero(steps).tolist():

@@ -38,9 +38,11 @@ def compiled_for(dispatcher, arrays):
     return entry
 
 
-def new_temps(code, iattr, columns, dtype):
-    """A scratch buffer (`temps`) for the sweeps of `code` with `columns` columns: planned_temps' entries."""
-    fixed, per_column = planned_temps(code, iattr)
+def new_temps(code, iattr, columns, dtype, *more_code):
+    """A scratch buffer (`temps`) for the sweeps of `code` (and of `more_code`'s codes: a replay's gradient
+    steps', planned apart, not copied together) with `columns` columns: planned_temps' entries, the larger of
+    each code's (it plans a maximum over rows)."""
+    fixed, per_column = np.max([planned_temps(c, iattr) for c in (code, *more_code)], axis=0)
     return np.empty(fixed + per_column * columns, dtype)
 
 

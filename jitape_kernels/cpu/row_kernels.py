@@ -226,7 +226,8 @@ def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     reverse_loose = one_column and _outside_runs(reverse_runs - step_scalars[reverse_runs, SC_RUN] + 1,
                                                  reverse_runs + 1, step_code.shape[0]).any()
     needs = [
-        (FORWARD, (code, slots, iattr, fattr, arena, temps), needed_forward_kernels(code[outside], slots)),
+        (FORWARD, (code, slots, iattr, fattr, arena, temps),
+         needed_forward_kernels(code if outside.all() else code[outside], slots)),
         (REVERSE, (step_code, slots, iattr, fattr, arena, adjoint, temps, _NO_HOMES),
          needed_reverse_kernels(step_code, slots)),
         _columns_need(step_code, slots, iattr, fattr, arena, adjoint, True, every_kernel),
