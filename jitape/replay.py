@@ -590,10 +590,10 @@ class Concrete:
         if planned is None:
             code, adjoint_rows, adjoint_size, flags = derivative_plan(
                 self.code, self.slots, np.array(targets, np.int64), np.array(sources, np.int64))
-            planned = self._plans[key] = (Program(
-                code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
-                np.array(targets, np.int64), np.array(sources, np.int64), tuple(np.zeros(0, np.int64) for _ in sources)),
-                flags)
+            program = Program(code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
+                              np.array(targets, np.int64), np.array(sources, np.int64),
+                              tuple(np.zeros(0, np.int64) for _ in sources))
+            planned = self._plans[key] = (program, flags)
         return planned
 
 

@@ -16,10 +16,10 @@ from . import row_kernels
 from .row_kernels import (empty_table, forward_kernels, replay_kernels, reverse_kernels, second_order_kernels,
                           tangent_kernels)
 
-__all__ = ["GroupKernels", "compiled_for", "derivative_plan", "first_row_mixing", "forward_kernels", "forward_sweep", "new_temps",
-           "per_example_plan", "per_example_sweep", "per_example_temps", "plan", "planned_temps", "replay_kernels",
-           "replay_sweep", "reverse_kernels", "reverse_sweep", "run_warmup_step", "second_order_kernels",
-           "second_order_sweep", "tangent_kernels", "tangent_sweep", "warmup_steps"]
+__all__ = ["GroupKernels", "compiled_for", "derivative_plan", "first_row_mixing", "forward_kernels", "forward_sweep",
+           "new_temps", "per_example_plan", "per_example_sweep", "per_example_temps", "plan", "planned_temps",
+           "replay_kernels", "replay_sweep", "reverse_kernels", "reverse_sweep", "run_warmup_step",
+           "second_order_kernels", "second_order_sweep", "tangent_kernels", "tangent_sweep", "warmup_steps"]
 
 
 _entry_points = {}      # (dispatcher, its arguments' type keys) -> compiled entry point

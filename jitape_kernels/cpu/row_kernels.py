@@ -214,13 +214,13 @@ def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
     for r in np.flatnonzero(fused > np.arange(fused.size)):
         outside[r:fused[r]] = False
     flat = adjoint.reshape(adjoint.size)
-    stashed = ((step_code[:, oc.OP] == oc.LOGSUMEXP) & (step_code[:, oc.STASH] >= 0)).any()     # interpreter._stashes
+    stashed = _stashing(step_code).any()
     # interpreter._forward_rows runs a run from its first row (SC_RUN: its stop), a stashing row alone, and the
     # other rows outside fused groups from scalar_rows_forward; _reverse_rows (one column) a run from its last
     # row (SC_RUN: its length), and every other row from scalar_rows_reverse, then small_rows_reverse
     forward_runs = np.flatnonzero(scalars[:, SC_RUN] > np.arange(code.shape[0]))
     forward_loose = (outside & _outside_runs(forward_runs, scalars[forward_runs, SC_RUN], code.shape[0])
-                     & ~((code[:, oc.OP] == oc.LOGSUMEXP) & (code[:, oc.STASH] >= 0))).any()
+                     & ~_stashing(code)).any()
     one_column = adjoint.shape[1] == 1
     reverse_runs = np.flatnonzero(step_scalars[:, SC_RUN] > 0)
     reverse_loose = one_column and _outside_runs(reverse_runs - step_scalars[reverse_runs, SC_RUN] + 1,
@@ -243,6 +243,11 @@ def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
          [0] if one_column and reverse_runs.size else []),
         (LOGSUMEXP_FROM_STASH_GROUP, (step_code, slots, iattr, flat, scratch), [0] if stashed else [])]
     return [(group, arrays, _wanted(group, indices, every_kernel)) for group, arrays, indices in needs]
+
+
+def _stashing(code):
+    """Per row of `code`, whether it is a LOGSUMEXP with a stash (interpreter._stashes)."""
+    return (code[:, oc.OP] == oc.LOGSUMEXP) & (code[:, oc.STASH] >= 0)
 
 
 def _outside_runs(starts, stops, n):
@@ -280,6 +285,7 @@ def needed_forward_kernels(code, slots):
 
 _by_kind = {}           # the groups' first rows and their arrays' type keys -> ((group, signature), ...), table
 _by_group = {}          # a group's first row and its arrays' type keys -> (signature, signature key)
+_lock = threading.Lock()
 
 
 def _signed(group, keys, arrays):
@@ -290,7 +296,6 @@ def _signed(group, keys, arrays):
         signature = group.signature(arrays)
         found = _by_group[group.first, keys] = (signature, signature_key(signature, group.returns))
     return found
-_lock = threading.Lock()
 
 
 def kernel_table(needs, sweep=None):
