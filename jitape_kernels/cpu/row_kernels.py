@@ -308,12 +308,12 @@ def kernel_table(needs, sweep=None):
     kind = tuple((group.first, tuple(map(type_key, arrays))) for group, arrays, _ in needs)
     found = _by_kind.get(kind)
     if found is None:
-        signed = tuple((group, _signed(group, keys, arrays)) for (group, arrays, _), (_, keys) in zip(needs, kind))
         table = np.zeros((len(KERNELS), 2), np.int64)
-        for group, (_, key) in signed:
-            table[group.first:group.first + len(group.kernels), 1] = key
-        signed = tuple((group, signature) for group, (signature, _) in signed)
-        found = _by_kind.setdefault(kind, (signed, table))
+        signed = []
+        for (group, arrays, _), (_, keys) in zip(needs, kind):
+            signature, table[group.first:group.first + len(group.kernels), 1] = _signed(group, keys, arrays)
+            signed.append((group, signature))
+        found = _by_kind.setdefault(kind, (tuple(signed), table))
     signed, table = found
     wanted = [(group, signature, k) for (group, signature), (_, _, indices) in zip(signed, needs) for k in indices]
     cold_sweep = sweep is not None and not getattr(sweep[0], "overloads", True)      # never compiled or loaded
