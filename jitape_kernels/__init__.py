@@ -17,6 +17,12 @@ stored by name. Processes may compile the same kernels at once (a parallel `jita
 a user's process pool on a cold cache): _KernelCacheFile stores every compile result under a
 name of its own and merges the index entries that name them. numba's runtime (NRT), whose LLVM functions numba
 compiles in every process, is loaded from this cache too (_start_runtime).
+
+A kernel compiled for a caller's compile (its call typed there) is compiled only as far as linking needs
+(_Linked): numba optimised every callee on its own and made machine code of it, although each caller links the
+callee's IR, optimises it with its own and makes machine code of the whole (a third of the row kernels'
+compile was their callees' own). Its IR is cached for the callers that other processes compile; a Python call
+or an address asked of it compiles it whole.
 """
 import contextlib
 import functools
@@ -24,12 +30,13 @@ import hashlib
 import os
 import pickle
 import tempfile
+import threading
 from pathlib import Path
 
 import llvmlite.binding as ll
 import numba
 from numba import typeof
-from numba.core import caching, codegen, compiler, types
+from numba.core import caching, codegen, compiler, sigutils, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.runtime import nrtdynmod, rtsys
 
@@ -125,6 +132,56 @@ class _LazilyLinked(codegen.JITCodeLibrary):
         return super()._get_module_for_linking()
 
 
+class _Linked(_LazilyLinked):
+    """The code library of a kernel compiled for a caller's compile: only ever linked into its callers' libraries,
+    which optimise it with their own code and make machine code of it; neither optimised alone nor made machine
+    code of (finalized, it is its functions' IR with its own callees linked in, as numba links it)."""
+
+    def _optimize_final_module(self):
+        pass
+
+    def _finalize_final_module(self):
+        self._finalize_dynamic_globals()
+        self._finalized = True
+
+    def serialize_using_object_code(self):
+        """What _KernelCacheImpl saves of it: its IR for linking, no object code."""
+        return self.name, _LINKED, (None, self._get_module_for_linking().as_bitcode())
+
+
+_LINKED = "linked"      # a cache entry's kind: a _Linked library's
+
+
+class _Compiler(compiler.Compiler):
+    """numba's compiler, making a _Linked library of a compile for a caller (_compiling.for_caller): no Python
+    wrapper, no machine code, an entry point that only stands for it in the target context."""
+
+    def compile_extra(self, func):
+        if not _compiling.linked:
+            return super().compile_extra(func)
+        self.state.library = _Linked(self.state.targetctx.codegen(), func.__qualname__)
+        self.state.flags.no_compile = self.state.flags.no_cpython_wrapper = self.state.flags.no_cfunc_wrapper = True
+        compiled = super().compile_extra(func)
+        compiled = compiled._replace(entry_point=_LinkedEntry())
+        self.state.targetctx.insert_user_function(compiled.entry_point, compiled.fndesc, [compiled.library])
+        return compiled
+
+
+class _LinkedEntry:
+    """The entry point of a _Linked compile: the key its callers' compiles find its code by (none runs it)."""
+    __slots__ = ()
+
+
+class _Compiling(threading.local):
+    """Per thread: for_caller, whether the next compile a kernel is asked for is a caller's (asked by the typing
+    of its call); linked, whether the compile under way is such a compile."""
+    for_caller = False
+    linked = False
+
+
+_compiling = _Compiling()
+
+
 class _KernelCacheImpl(caching.CompileResultCacheImpl):
     """numba's cache of compile results, with the library stored as (object code, bitcode, the names of the
     symbols it defines) and loaded as _LazilyLinked."""
@@ -141,21 +198,31 @@ class _KernelCacheImpl(caching.CompileResultCacheImpl):
         fndesc, env, signature, objectmode, lifted, typeann, reload_init, referenced_envs = rest
         for initialise in reload_init or ():
             initialise()
-        library = _loaded_library(target_context.codegen(), name, object_code, bitcode, symbols)
+        if kind == _LINKED:
+            library = _Linked(target_context.codegen(), name)
+            library._bitcode = bitcode
+            library._finalize_final_module()
+            entry_point = _LinkedEntry()
+        else:
+            library = _loaded_library(target_context.codegen(), name, object_code, bitcode, symbols)
+            entry_point = target_context.get_executable(library, fndesc, env)
+            for referenced in referenced_envs:
+                library.codegen.set_env(referenced.env_name, referenced)
         # and what numba's CompileResult._rebuild does with it
         fields = dict.fromkeys(compiler.CR_FIELDS)
         fields.update(target_context=target_context, typing_context=target_context.typing_context, library=library,
-                      environment=env, entry_point=target_context.get_executable(library, fndesc, env),
-                      fndesc=fndesc, type_annotation=typeann, signature=signature, objectmode=objectmode,
-                      lifted=lifted, reload_init=reload_init, referenced_envs=referenced_envs)
-        for referenced in referenced_envs:
-            library.codegen.set_env(referenced.env_name, referenced)
+                      environment=env, entry_point=entry_point, fndesc=fndesc, type_annotation=typeann,
+                      signature=signature, objectmode=objectmode, lifted=lifted, reload_init=reload_init,
+                      referenced_envs=referenced_envs)
         return compiler.CompileResult(**fields)
 
 
 def _defined_symbols(library):
     """The names of the functions and globals a finalized library defines (which its loaded copy must declare to
-    the execution engine: numba reads them from the module, which a lazy load does not parse)."""
+    the execution engine: numba reads them from the module, which a lazy load does not parse; none for a _Linked
+    library, which the engine never holds)."""
+    if isinstance(library, _Linked):
+        return []
     module = library._get_module_for_linking()
     return [g.name for g in (*module.functions, *module.global_variables) if not g.is_declaration]
 
@@ -252,13 +319,18 @@ class _KernelCache(caching.FunctionCache):
             return super().load_overload(sig, target_context)
         _start_runtime(target_context)
         with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
-
+            loaded = self._load_overload(sig, target_context)
+            if loaded is None and _compiling.linked:     # a caller links a whole compile's IR as well
+                with _linking(False):
+                    loaded = self._load_overload(sig, target_context)
+            return loaded
 
     def _index_key(self, sig, codegen):
         """numba's, with the codegen's magic tuple (its target triple, CPU name and features) asked of LLVM once
-        per process, not at every load and probe (three calls into LLVM: ~0.1 ms of a ~1 ms load)."""
-        return super()._index_key(sig, _MagicOnce.of(codegen))
+        per process, not at every load and probe (three calls into LLVM: ~0.1 ms of a ~1 ms load); a _Linked
+        compile's (one for a caller) marked as such."""
+        key = super()._index_key(sig, _MagicOnce.of(codegen))
+        return (*key, _LINKED) if _compiling.linked else key
 
     def cached_return_type(self, signature, codegen):
         """The return type of the compile for `signature` (a tuple of argument types) by `codegen` that the cache
@@ -298,6 +370,13 @@ def cache_lacks(dispatcher, signature):
     cache holds none for `signature` (a tuple of argument types) on this machine."""
     cache = getattr(dispatcher, "_cache", None)
     return isinstance(cache, _KernelCache) and _PROBES and not cache.holds(signature, dispatcher.targetctx.codegen())
+
+
+def compiled_whole(dispatcher, signature):
+    """Whether `dispatcher` holds machine code for `signature` (a tuple of argument types) in this process (not
+    only a _Linked compile for callers)."""
+    compiled = dispatcher.overloads.get(signature)
+    return compiled is not None and not isinstance(compiled.library, _Linked)
 
 
 def return_type(dispatcher, signature):
@@ -390,15 +469,67 @@ def _without_literals(dispatcher):
     dispatcher.get_call_template = get_call_template
 
 
+@contextlib.contextmanager
+def _linking(linked):
+    """Within it, this thread's compile is a _Linked one (or not)."""
+    before, _compiling.linked = _compiling.linked, linked
+    try:
+        yield
+    finally:
+        _compiling.linked = before
+
+
+def _linked_for_callers(dispatcher):
+    """Make the compiles of `dispatcher` that a caller's typing asks for _Linked ones, and those asked from
+    Python (a call, an address: row_kernels.kernel_table) whole, in place of a _Linked one; numba's dispatch from
+    Python never holds a _Linked compile (a call of its types asks for a whole one)."""
+    call_template, compile, add_overload = dispatcher.get_call_template, dispatcher.compile, dispatcher.add_overload
+
+    def get_call_template(args, kws):
+        _compiling.for_caller = True        # read by the compile it asks for
+        try:
+            return call_template(args, kws)
+        finally:
+            _compiling.for_caller = False
+
+    def linked_or_whole(sig):
+        for_caller, _compiling.for_caller = _compiling.for_caller, False
+        if not for_caller:
+            args = tuple(sigutils.normalize_signature(sig)[0])
+            if args in dispatcher.overloads and not compiled_whole(dispatcher, args):
+                del dispatcher.overloads[args]
+        with _linking(for_caller):
+            return compile(sig)
+
+    def add_linked_or_whole(compiled):
+        if isinstance(compiled.library, _Linked):
+            dispatcher.overloads[tuple(compiled.signature.args)] = compiled
+        else:
+            add_overload(compiled)
+
+    dispatcher.get_call_template, dispatcher.compile, dispatcher.add_overload = (
+        get_call_template, linked_or_whole, add_linked_or_whole)
+
+
+# the numba internals _Linked compiles use (a numba without them compiles every kernel whole)
+_LINKED_COMPILES = (_LAZY_LOADS and hasattr(compiler.CompileResult, "_replace")
+                    and all(hasattr(compiler.Flags, flag) for flag in ("no_compile", "no_cpython_wrapper",
+                                                                      "no_cfunc_wrapper")))
+
+
 def njit(**options):
     """numba.njit for this package's kernels: with cache=True, cached through _KernelCache; compiled for the
-    types of the arguments a compiled caller passes, not their values (_without_literals)."""
+    types of the arguments a compiled caller passes, not their values (_without_literals), and for a caller only
+    as far as linking needs (_linked_for_callers)."""
     def decorate(py_func):
         # numba's own cache is never made: its locators and write probe were half of the decorators' import time
-        dispatcher = numba.njit(**dict(options, cache=False))(py_func)
+        dispatcher = numba.njit(**dict(options, cache=False),
+                                **({"pipeline_class": _Compiler} if _LINKED_COMPILES else {}))(py_func)
         # not with NUMBA_DISABLE_JIT, nor with a numba whose dispatchers fold arguments otherwise
         if hasattr(getattr(dispatcher, "_compiler", None), "fold_argument_types"):
             _without_literals(dispatcher)
+            if _LINKED_COMPILES:
+                _linked_for_callers(dispatcher)
         if options.get("cache") and hasattr(dispatcher, "_cache"):
             dispatcher._cache = _KernelCache(py_func)
         return dispatcher

@@ -22,7 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import cache_dir, cache_lacks
+from . import cache_dir, cache_lacks, compiled_whole
 
 # workers at most: each holds a numba compiler (~0.3-1 GB); the kernels of one sweep are rarely more than a dozen
 MAX_JOBS = 4
@@ -66,7 +66,7 @@ def ready(pairs):
     pairs = [(d, tuple(s)) for d, s in pairs if hasattr(d, "compile")]     # not with NUMBA_DISABLE_JIT
     # a frozen application's executable is the application, not a Python that runs `-c`
     if jobs() > 1 and sys.executable and not getattr(sys, "frozen", False):
-        missing = [(d, s) for d, s in pairs if s not in d.overloads and cache_lacks(d, s) and _importable(d)]
+        missing = [(d, s) for d, s in pairs if not compiled_whole(d, s) and cache_lacks(d, s) and _importable(d)]
         if len(missing) > 1:
             _compile_in_workers(missing, min(jobs(), len(missing)))
     for dispatcher, signature in pairs:
