@@ -7,6 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+from numba import typeof
+
 import jitape_kernels
 
 
@@ -253,3 +256,59 @@ def test_a_kernel_called_with_constants_from_compiled_code_compiles_once_for_the
 
     assert caller(1.0) == 3.0 + 3.0 + 5.0 + 4.0
     assert [str(s) for s in scaled.signatures] == ["(float64, bool, int64)"]
+
+
+def test_a_kernel_compiled_for_a_caller_is_linked_into_it_and_compiled_whole_when_python_or_an_address_asks():
+    # numba optimised every callee alone and made machine code of it, which no one ran: its callers link its IR
+    @jitape_kernels.njit()
+    def total(a):
+        s = 0.0
+        for x in a:
+            s += x
+        return s
+
+    @jitape_kernels.njit()
+    def doubled_total(a):
+        return 2.0 * total(a)
+
+    x = np.arange(4.0)
+    signature = (typeof(x),)
+    assert doubled_total(x) == 12.0
+    assert isinstance(total.overloads[signature].library, jitape_kernels._Linked)
+    assert not jitape_kernels.compiled_whole(total, signature)
+    assert total(x) == 6.0                  # a Python call compiles it whole
+    assert jitape_kernels.compiled_whole(total, signature)
+    assert doubled_total(x + 1) == 20.0
+
+    y = np.arange(3, dtype=np.float32)
+    assert doubled_total(y) == 6.0
+    single = (typeof(y),)
+    assert not jitape_kernels.compiled_whole(total, single)
+    total.compile(single)                   # as row_kernels.kernel_table asks for an address
+    compiled = total.overloads[single]
+    assert jitape_kernels.compiled_whole(total, single)
+    assert compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name) != 0
+
+
+def test_a_kernel_compiled_for_a_caller_is_cached_as_ir_a_new_process_links_without_compiling_it(tmp_path):
+    code = """
+import numba, numpy as np, jitape_kernels
+from jitape_kernels.cpu.optimizers import sgd_momentum_step
+
+@numba.njit
+def user_step(w, g, v, rate):                   # a caller jitape's cache does not hold (numba's own: none)
+    sgd_momentum_step(w, g, v, rate, 0.0, False, w)
+    return w[0]
+
+value = user_step(np.ones(3), np.full(3, 2.0), np.zeros(3), 0.25)
+((signature, compiled),) = sgd_momentum_step.overloads.items()
+linked = type(compiled.library).__name__
+hits = sum(sgd_momentum_step.stats.cache_hits.values())
+w = np.ones(3)
+sgd_momentum_step(w, np.full(3, 2.0), np.zeros(3), 0.5, 0.0, False, w)    # a Python call: compiled whole
+print(value, linked, hits, w[0], type(sgd_momentum_step.overloads[signature].library).__name__)
+"""
+    assert _run(code, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["0.5", "_Linked", "0", "0.0", "JITCodeLibrary"]
+    # the next process loads the linked IR (a cache hit, no compile) and the whole compile; a fresh cache entry of
+    # each kind
+    assert _run(code, JITAPE_CACHE_DIR=str(tmp_path)).split() == ["0.5", "_Linked", "1", "0.0", "_LazilyLinked"]
