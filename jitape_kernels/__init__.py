@@ -494,11 +494,12 @@ def _linked_for_callers(dispatcher):
 
     def linked_or_whole(sig):
         for_caller, _compiling.for_caller = _compiling.for_caller, False
-        if not for_caller:
-            args = tuple(sigutils.normalize_signature(sig)[0])
-            if args in dispatcher.overloads and not compiled_whole(dispatcher, args):
-                del dispatcher.overloads[args]
-        with _linking(for_caller):
+        # under numba's lock: a caller compiling in another thread finds the overload its typing found
+        with global_compiler_lock, _linking(for_caller):
+            if not for_caller:
+                args = tuple(sigutils.normalize_signature(sig)[0])
+                if args in dispatcher.overloads and not compiled_whole(dispatcher, args):
+                    del dispatcher.overloads[args]
             return compile(sig)
 
     def add_linked_or_whole(compiled):
