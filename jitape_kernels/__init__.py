@@ -153,7 +153,7 @@ _LINKED = "linked"      # a cache entry's kind: a _Linked library's
 
 
 class _Compiler(compiler.Compiler):
-    """numba's compiler, making a _Linked library of a compile for a caller (_compiling.for_caller): no Python
+    """numba's compiler, making a _Linked library of a compile for a caller (_compiling.linked): no Python or C
     wrapper, no machine code, an entry point that only stands for it in the target context."""
 
     def compile_extra(self, func):
