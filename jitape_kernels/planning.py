@@ -6,14 +6,14 @@ import numpy as np
 from . import njit, opcodes as oc
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def passes_derivatives(op):
     """Whether an instruction's output can depend on the sources' derivatives: not for STOP_GRADIENT and the
     comparisons (recorded so that replays recompute their values; constants to every derivative)."""
     return op != oc.STOP_GRADIENT and not oc.COMPARE_FIRST <= op <= oc.BINARY_LAST
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _mark(flags, slots):
     """flags[s] = True for each slot s >= 0 listed in `slots` (-1: a tensor the tape did not record)."""
     for s in slots:

@@ -100,7 +100,7 @@ def gemm(alpha, A, trans_a, B, trans_b, beta, C):
                  C.reshape(C.size), n, m, n, k)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _fits(flat, rows, cols, ld):
     """Whether a row-major rows x cols matrix whose rows lie ld entries apart fits in flat from its start."""
     return ld >= cols and (rows == 0 or cols == 0 or (rows - 1) * ld + cols <= flat.size)

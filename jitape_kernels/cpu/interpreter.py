@@ -15,8 +15,7 @@ Program first needs it. Between those and an entry point, the row loops
 (_forward_rows, _reverse_rows) are functions of their own (numba's inlining
 copies a callee's IR block by block with its whole scope: inlined into
 replay_sweep, a cold compile of 14 s instead of 9), and the row dispatch inside
-them is inlined by LLVM (forceinline: numba's own inlining would type and lower
-a copy per call site), so no row pays for a call.
+them is inlined (inline="always"), so no row pays for a call.
 """
 import numpy as np
 from numba import types
@@ -54,7 +53,7 @@ def _small_row_rule(op, n0, size):
         (op == oc.SUM) & (size == 1) & (n0 <= SMALL))
 
 
-small_row = njit(cache=True, error_model="numpy", forceinline=True)(_small_row_rule)
+small_row = njit(cache=True, error_model="numpy", inline="always")(_small_row_rule)
 
 
 def small_rows(code, slots):
@@ -63,7 +62,7 @@ def small_rows(code, slots):
     return _small_row_rule(code[:, oc.OP], slots[code[:, oc.IN0], oc.SIZE], slots[code[:, oc.OUT], oc.SIZE])
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def params(op, iattr, fattr, a):
     if op == oc.CLIP:
         return fattr[iattr[a]], fattr[iattr[a] + 1]
@@ -80,7 +79,7 @@ def forward_sweep(code, slots, iattr, fattr, arena, temps, row_kernels):
     _forward_span(code, 0, code.shape[0], slots, iattr, fattr, arena, new_work(), temps, row_kernels)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _forward_span(code, r0, r1, slots, iattr, fattr, arena, work, temps, row_kernels):
     """forward_sweep over rows r0..r1-1, with the sweep's workspace (jitape_kernels.cpu.workspace) and scratch."""
     code, slots, iattr, fattr, arena, work, temps = (unowned(code), unowned(slots), unowned(iattr), unowned(fattr),
@@ -141,7 +140,7 @@ def scalar_rows_forward(operands):
     return r1
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _forward_row(code, r, slots, iattr, fattr, arena, work, temps, row_kernels, stash):
     """forward_sweep's work for row r (not one that scalar_rows_forward runs): its family's forward row kernel,
     through its address in row_kernels. stash: see forward_operands."""
@@ -149,20 +148,20 @@ def _forward_row(code, r, slots, iattr, fattr, arena, work, temps, row_kernels, 
                    forward_operands(code, r, slots, iattr, fattr, arena, work, temps, stash))
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def call_addressed(row_kernels, index, operands):
     """Run the addressed kernel in row `index` of the table row_kernels (its address and its signature's key:
     row_kernels.kernel_table) over the tuple `operands`."""
     call_at(row_kernels[index, 0], row_kernels[index, 1], (operands,))
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def next_row(row_kernels, index, operands):
     """call_addressed for a scalar loop, which returns the row after those it ran."""
     return call_returning(row_kernels[index, 0], row_kernels[index, 1], (operands,), 0)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def forward_operands(code, r, slots, iattr, fattr, arena, work, temps, stash):
     """Row r's operands as every forward row kernel takes them: (op, its attribute block, iattr, fattr, work,
     temps, stash, the output's entries, input 0's, input 1's and input 2's (input 0's where the row has none)).
@@ -255,14 +254,14 @@ FORWARD_ROW_KERNELS = (forward_unary_row, forward_binary_row, forward_where_row,
                        forward_solve_row, forward_inv_row)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _entries(code, r, column, rows, start, stop):
     """Entries [start, stop) of the rows at row r's offset in `column`."""
     offset = code[r, column]
     return rows[offset + start:offset + stop]
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _operand(code, r, column, base, places, rows, scratch, start, stop):
     """Entries [start, stop) of the operand in `column` (OUT, IN0..IN2) of fused row r: its `rows` (base OUT_OFF:
     the arena's, OUT_ADJ: a flat K = 1 adjoint's) at the row's offset in the column `base` names, or the scratch
@@ -358,13 +357,13 @@ def _forward_rows(code, r0, r1, slots, iattr, fattr, arena, fused, places, scrat
         r = q
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _stashes(code, r):
     """Whether row r is a LOGSUMEXP with a stash in a replay's scratch (opcodes.STASH)."""
     return code[r, oc.OP] == oc.LOGSUMEXP and code[r, oc.STASH] >= 0
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _stash(code, r, slots, scratch):
     """Row r's stash (see _stashes): its input's size and then its output's size of entries, starting
     code[r, STASH] entries before the end of `scratch`."""
@@ -408,7 +407,7 @@ def _kinds_of_opcodes(kinds, own):
 REVERSE_KERNEL_OF = _kinds_of_opcodes(REVERSE_KINDS, {"compare": "binary", "sum": "sum", "tile": "tile"})
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1,
                          row_kernels):
     """Accumulate instruction r's output cotangents ([size, K] rows of `adjoint`) into its active inputs: its
@@ -421,7 +420,7 @@ def _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, tem
                    row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1))
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def row_operands(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1):
     """Row r's operands as every row kernel takes them: (op, its attribute block, iattr, fattr, work, temps, the
     adjoint [rows, K] and flat (K = 1: contiguous 1-D views for the vectorised kernels), the values of the output
@@ -570,7 +569,7 @@ def reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temp
     _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, False, False, row_kernels)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def value_of(arena, homes, slot, offset, size):
     """The value of `slot`: its arena rows, or the array at its address in `homes` (a large recorded value a
     tape's derivative sweeps read where the tape keeps it: jitape.program's homes)."""
@@ -579,7 +578,7 @@ def value_of(arena, homes, slot, offset, size):
     return arena[offset:offset + size]
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def sets_first_write(op, K, distinct_inputs):
     """Whether op's reverse kernel sets (rather than adds to) the rows of an input it writes first: the
     elementwise kernels, the reductions, the moves whose transposed map writes each input entry once
@@ -850,20 +849,20 @@ def _run_rows(scalars):
     `scalars` is None. An overload: numba prunes a branch on `scalars is None` for arguments only."""
 
 
-@overload(_run_rows, forceinline=True)
+@overload(_run_rows, inline="always")
 def _run_rows_overload(scalars):
     if isinstance(scalars, types.NoneType):
         return lambda scalars: np.zeros((0, SC_FLAGS + 1), np.int64)
     return lambda scalars: scalars
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _starts_run(scalars, r):
     """Whether row r starts a scalar run of `scalars` (compact rows: layout.scalar_runs; none in reverse_sweep)."""
     return r < scalars.shape[0] and scalars[r, SC_RUN] > 0
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _input_rows(code, r, c, written):
     """Row r's input c (0 or 1): its arena offset, its adjoint row (-1: inactive) and whether the row writes its
     rows first (they are then marked written; x * x: the second input's rows are the first's, just set, so not
@@ -875,7 +874,7 @@ def _input_rows(code, r, c, written):
     return i, j, first
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _row_start(code, r, written):
     """Row r's output arena offset and adjoint row, then input 0's _input_rows."""
     o, go = code[r, oc.OUT_OFF], code[r, oc.OUT_ADJ]
@@ -883,7 +882,7 @@ def _row_start(code, r, written):
     return o, go, i0, j0, first0
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _accumulate(adjoint, j, k, value, first):
     if first:
         adjoint[j, k] = value
@@ -992,7 +991,7 @@ def small_rows_reverse(operands):
     return -1
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, temps, homes, row_kernels):
     """reverse_sweep's work for row r (row_kernels: see _reverse_rows): its row kernel, through its address."""
     if not written[code[r, oc.OUT]]:

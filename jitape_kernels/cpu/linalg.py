@@ -22,7 +22,7 @@ def matmul_batch(batch_x, batch_w):
     return 0 if batch_x == 0 or batch_w == 0 else max(batch_x, batch_w)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def item_start(b, inner, rows, cols):
     """Where batch item b's rows x cols matrix starts in an operand stored as [outer, rows, inner, cols] (MATMUL's
     `inner`: 1 stores the items one after another); the matrix's rows lie inner * cols entries apart."""

@@ -99,7 +99,7 @@ def _extrema_of_rows(x2, out, largest, running):
             out[o] = _row_extremum(x2, o, False, running)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _row_extremum(x2, o, largest, running):
     """The largest (smallest) entry of row o, NaN if any entry is: in eight running scalars on a row shorter than
     SHORT_EXTREMA, else in LANES running values (see _extrema_of_rows)."""
@@ -133,7 +133,7 @@ def _long_row_extremum(x2, o, largest, running):
 SHORT_EXTREMA = 4 * LANES
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _short_row_extremum(x2, o, largest, init):
     """_row_extremum of a short row: its eight running values compared without a NaN test per value (LLVM then
     runs them as vector max/min: 2.2x faster on rows of 100), the NaNs only noted; a row holding one runs again
@@ -198,7 +198,7 @@ def _extrema_across_rows(x3, out2, largest):
         _extrema_along(x3, out2, False, np.inf)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _extrema_along(x3, out2, largest, init):
     """_extrema_across_rows for one value of `largest`."""
     outer, n, inner = x3.shape
@@ -210,14 +210,14 @@ def _extrema_along(x3, out2, largest, init):
                 out2[o, i] = _further(x3[o, a, i], out2[o, i], largest)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _shift(peak):
     """logsumexp's shift: the largest entry where it is finite, else 0 (an inf or NaN largest entry, or an empty
     axis's -inf, then gives inf, NaN or log(0) = -inf unshifted, as numpy's)."""
     return peak if peak - peak == 0 else 0.0
 
 
-@njit(cache=True, error_model="numpy", forceinline=True, fastmath={"contract"})
+@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
 def _row_exp_sum(x2, o, shift, running, exps):
     """The sum of exp(x2[o, a] - shift) along row o in LANES float64 running sums: one vector loop that reads the
     row once (as _row_extremum's) and leaves each exponential in exps[a] (a replay's stash, or scratch: written
@@ -333,7 +333,7 @@ def pairwise_sum(x, start, n, pending, lefts):
             value = lefts[level] + value
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def lane_sum(x, start, n):
     """x[start:start + n] in eight running sums, added pairwise at the end: numpy's order for n <= 128 (a block
     of pairwise_sum). The block is sliced first and indexed from loop counters: indices computed from `start`
@@ -362,7 +362,7 @@ def lane_sum(x, start, n):
     return total
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def row_sum(x2, o):
     """Row o of x2 summed as lane_sum sums a contiguous block (its order, so the same number), indexed from
     loop counters (see reduce_forward), the eight running sums in registers."""
@@ -390,7 +390,7 @@ def row_sum(x2, o):
     return total
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _reduce_row(op, row, work):
     """The SUM, MIN or MAX of `row` (more than SHORT_ROWS entries) as reduce_forward reduces one row of a reduction
     over the last axis (its order, so the same bits). Shorter rows are left to reduce_forward's pass
@@ -438,7 +438,7 @@ def _prod_partials(x, base, n, inner, d):
         prefix *= x[base + a * inner]
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _partials(op, x, y, base, n, inner, d):
     """d[a] = the partial derivative of the reduced entry y by its input x[base + a * inner]: PROD's product of
     the other entries, LOGSUMEXP's softmax exp(x - y)."""
@@ -497,7 +497,7 @@ def logsumexp_from_stash(stash, g_out, g_in, outer, n, inner, assign):
                 _put(row, i, go2[o, i] * inverse[o, i] * exps[o, a, i], assign)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _ties(x, extremum, base, n, inner):
     """How many of the entries x[base + a * inner] equal their extremum (at least 1, so a NaN extremum, which
     nothing equals, divides by 1): TensorFlow splits a MAX/MIN cotangent evenly between tied extrema."""

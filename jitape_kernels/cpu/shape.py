@@ -37,7 +37,7 @@ def _strides(dims, s):
     return s
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _odometer_step(index, dims, steps, position, last):
     """Advance the row-major `index` over dims[:last + 1] by one and return `position` moved by `steps` with
     it (a wrapped axis steps back)."""
@@ -234,7 +234,7 @@ def broadcast_block(iattr, a, x, out, start, work):
             index[d] += 1
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _broadcast_block_2d(x, out, start, run, step0, step1):
     """broadcast_block over two collapsed axes: a column broadcast (step1 0: each run fills one entry of x) or a
     row broadcast (step0 0: each run copies x)."""
@@ -483,7 +483,7 @@ def mapped_linear(op, iattr, a, out_rows, in_rows, transpose, work, assign=False
                 not assign, K, work)
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def tile_linear(iattr, a, out_rows, in_rows, transpose, work, assign=False):
     """mapped_linear of a TILE (the reverse sweep's row kernel of TILE rows calls it alone: see
     interpreter.reverse_tile_row)."""
@@ -532,7 +532,7 @@ def contiguous_run(op, iattr, a):
     return start, 0, length
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def block_runs(op, iattr, a):
     """PLACE and GATHER as contiguous runs of `length` entries: (number of runs, length); run_starts gives
     each run's input and output start, in closed form (no table is built)."""
@@ -541,7 +541,7 @@ def block_runs(op, iattr, a):
     return iattr[a] * iattr[a + 3], iattr[a + 2]
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def run_starts(op, iattr, a, p):
     """Run p's (input start, output start)."""
     if op == oc.PLACE:

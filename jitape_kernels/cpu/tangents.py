@@ -100,13 +100,13 @@ def _live_row(code, r, c, live):
     return code[r, oc.IN0_ADJ + c] if s >= 0 and live[s] else -1
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _rows(tangent, j, n):
     """tangent's rows j..j+n, or none (j -1: no tangent)."""
     return tangent[j:j + n] if j >= 0 else tangent[0:0]
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def tangent_operands(code, r, slots, iattr, fattr, arena, tangent, live, work, temps, homes, seed_row, seed_start):
     """Row r's operands as every tangent row kernel takes them: (op, its attribute block, iattr, fattr, work,
     temps, tangent, the values of the output and inputs 0 and 1 (input 0's where there is no input 1), the
@@ -275,7 +275,7 @@ def tangent_sweep(code, slots, iattr, fattr, arena, tangent, seeded, seed_row, s
                                             seed_row, seed_start))
 
 
-@njit(cache=True, error_model="numpy", forceinline=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def second_order_operands(code, r, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, live, temps, homes):
     """Row r's operands as every second-order row kernel takes them: (op, its attribute block, iattr, fattr, temps,
     the one-column cotangents `adjoint` and g (its entries, 1-D), tangent, adjoint_tangent, the values of the

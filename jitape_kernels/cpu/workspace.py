@@ -24,19 +24,19 @@ def new_work():
     return np.empty(REGIONS * REGION + LANES + 3 * FRAMES, np.int64)
 
 
-@njit(cache=True, forceinline=True)
+@njit(cache=True, inline="always")
 def region(work, k, n):
     """The first n entries of region k (n <= REGION)."""
     return work[k * REGION:k * REGION + n]
 
 
-@njit(cache=True, forceinline=True)
+@njit(cache=True, inline="always")
 def lanes(work):
     """The LANES entries after the regions (as int64: a caller views them as its floats)."""
     return work[REGIONS * REGION:REGIONS * REGION + LANES]
 
 
-@njit(cache=True, forceinline=True)
+@njit(cache=True, inline="always")
 def frames(work):
     """FRAMES rows of 3 entries after the lanes."""
     return work[REGIONS * REGION + LANES:REGIONS * REGION + LANES + 3 * FRAMES].reshape(FRAMES, 3)
