@@ -42,6 +42,13 @@ class Backend(abc.ABC):
         overrides it where binding saves work per call."""
         return functools.partial(self.replay, *arrays)
 
+    def cold_start(self, rows, slot_rows, sweeps):
+        """Before a process's first derivative of a recording (its rows and slot rows as jitape.recording keeps
+        them) runs `sweeps` ("reverse": the reverse sweep; "replay": a trace's replay, large elementwise rows in
+        fused groups; "replay unfused": every row by its kernel; "steps": a replay's gradient steps), compile what
+        they will call ahead, side by side, where the compile cache lacks it. A backend that compiles nothing ahead
+        does nothing."""
+
     @abc.abstractmethod
     def reverse(self, program, adjoint, written):
         """One reverse sweep with K = adjoint.shape[1] cotangent columns from the seeded slots marked in
@@ -92,6 +99,9 @@ class CPU(Backend):
     def __init__(self):
         from jitape_kernels import cpu
         self._kernels = cpu
+
+    def cold_start(self, rows, slot_rows, sweeps):
+        self._kernels.cold_start(rows, slot_rows, sweeps)
 
     def replay(self, *arrays):
         return self._kernels.replay_sweep(*arrays, self._kernels.replay_kernels(*arrays))

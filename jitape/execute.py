@@ -179,10 +179,13 @@ def source_blocks(program, adjoint):
     return blocks
 
 
-def lowered(tape, targets, sources, reads=READS_ANY_ORDER):
+def lowered(tape, targets, sources, reads=READS_ANY_ORDER, sweeps=()):
     """The Program of a tape's derivative (a persistent tape's are kept: see program.lower) over a workspace
     arena holding the values read by the derivative rules that will run (`reads`, jitape_kernels.planning),
-    large ones left where they live."""
+    large ones left where they live. sweeps: those its derivative runs first, compiled ahead where the cache
+    lacks them (Backend.cold_start)."""
+    if sweeps:
+        backend.current().cold_start(tape._rows, tape._slot_rows, sweeps)
     return lower(tape, targets, sources, _arena, reads)
 
 

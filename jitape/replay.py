@@ -58,6 +58,7 @@ class _Trace(GradientTape):
         self.slot_guards = []       # (slot, expected value, how)
         self.variable_guards = {}   # id -> (variable, expected value, how): variables no instruction reads
         self.kept_constants = []    # slots of broadcast constants, planned as sources so their broadcasts stay
+        self.takes_gradients = False    # whether it recorded a gradient step
 
     def keep_constant(self, tensor):
         """See tracing.broadcast_constant."""
@@ -107,6 +108,7 @@ class _Trace(GradientTape):
                 source_slot = self._slot(source)
                 self._tracked.add(g._id)
                 self._add_row(GRADIENT_STEP, self._new_slot(g), target_slot, source_slot, -1, -1)
+                self.takes_gradients = True
 
 
 def _leaf_key(leaf):
@@ -772,7 +774,7 @@ class Function:
             why = f"the guard on {variants[0].failed_guard()} changed"
         else:
             why = self._new_signature(key)
-        concrete, out = self._trace(key, args, kwargs, leaves, why)
+        concrete, out = self._trace(key, args, kwargs, leaves, why, purpose)
         return concrete, leaves, (out,)
 
     def _new_signature(self, key):
@@ -787,7 +789,7 @@ class Function:
                 return f"argument leaf {i} changed ({_describe(a)} -> {_describe(b)})"
         return None
 
-    def _trace(self, key, args, kwargs, leaves, why):
+    def _trace(self, key, args, kwargs, leaves, why, purpose):
         self.trace_count += 1
         counted_by = self.__dict__.get("_counted_by")
         if counted_by is not None:
@@ -811,6 +813,14 @@ class Function:
         finally:
             _traces.active.remove(trace)
             trace._pop()
+        # a first call with a purpose (a derivative, see run()) also runs a reverse sweep and binds gradient steps,
+        # a replay with fused groups
+        sweeps = ["replay unfused" if self.differentiated else "replay"]
+        if purpose is not None and purpose != OUTPUTS:
+            sweeps += ["replay", "steps", "reverse"]
+        elif trace.takes_gradients:
+            sweeps.append("steps")
+        backends.current(self.backend).cold_start(trace._rows, trace._slot_rows, sweeps)
         # a replay nothing differentiates runs the run layout (its arena then holds only outputs, guards, writes)
         concrete = Concrete(trace, arg_slots, out, nest.flatten(out), fuse=not self.differentiated)
         concrete.replayer(self.backend)     # bound now: a replay does no one-time work

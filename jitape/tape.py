@@ -69,7 +69,7 @@ class GradientTape(Recording):
         if must_record:
             found = recorded.gradient(self, targets, seeds or _seed_list(targets, None), float_sources)
         else:
-            program = lowered(self, targets, float_sources, READS_FIRST_ORDER)
+            program = lowered(self, targets, float_sources, READS_FIRST_ORDER, sweeps=("reverse",))
             found = source_gradients(program, seeds, float_sources)
             for trace in traces:
                 trace.record_gradient(targets[0], float_sources, found)

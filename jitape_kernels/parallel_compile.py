@@ -4,7 +4,10 @@ A cold first gradient compiled its sweep and its row kernels one after another o
 one core, although they are independent functions (the sweeps call the row
 kernels by address: cpu/row_kernels.py). When more than one is missing from the
 cache, `ready` hands them to up to `jobs()` worker processes, the first given
-first and each next one to the worker that finishes first. A worker compiles and
+first and each next one to the worker that finishes first; `side_by_side` takes
+them in several handfuls while this process goes on (a cold start names the
+sweeps first and works out the row kernels' signatures while the workers start:
+cpu/compile_ahead.py). A worker compiles and
 saves to the shared cache (jitape_kernels._KernelCacheFile), and this process then
 loads what it compiled. The workers are Pythons started with `-c`, not
 multiprocessing's: its spawn imports the user's __main__ again.
@@ -63,13 +66,44 @@ def ready(pairs):
     """Compile or load every (dispatcher, signature) of `pairs` (a signature: the tuple of argument types numba
     dispatches on) in this process; those neither compiled here yet nor in the cache, when more than one and
     jobs() > 1, compiled by worker processes first."""
-    pairs = [(d, tuple(s)) for d, s in pairs if hasattr(d, "compile")]     # not with NUMBA_DISABLE_JIT
+    with side_by_side() as add:
+        add(pairs)
+
+
+@contextlib.contextmanager
+def side_by_side():
+    """Within it, `add(pairs)` hands the pairs (as ready() takes them) that are neither compiled here nor in the
+    cache to worker processes, started once two are handed (up to jobs()), which compile them in the order
+    added while this process goes on (it may work out the signatures of more pairs meanwhile); leaving it waits
+    for the workers, then compiles or loads every pair added in this process, as ready() does."""
+    tasks, added, threads = queue.SimpleQueue(), [], []
+    queued = set()
     # a frozen application's executable is the application, not a Python that runs `-c`
-    if jobs() > 1 and sys.executable and not getattr(sys, "frozen", False):
-        missing = [(d, s) for d, s in pairs if not compiled_whole(d, s) and cache_lacks(d, s) and _importable(d)]
-        if len(missing) > 1:
-            _compile_in_workers(missing, min(jobs(), len(missing)))
-    for dispatcher, signature in pairs:
+    parallel = jobs() > 1 and sys.executable and not getattr(sys, "frozen", False)
+
+    def add(pairs):
+        pairs = [(d, tuple(s)) for d, s in pairs if hasattr(d, "compile")]     # not with NUMBA_DISABLE_JIT
+        added.extend(pairs)
+        if not parallel:
+            return
+        for dispatcher, signature in pairs:
+            if (dispatcher, signature) not in queued and not compiled_whole(dispatcher, signature) \
+                    and cache_lacks(dispatcher, signature) and _importable(dispatcher):
+                queued.add((dispatcher, signature))
+                tasks.put((dispatcher.py_func.__module__, dispatcher.__name__, signature,
+                           dispatcher.py_func.__code__.co_filename))
+        if len(queued) > 1:
+            for _ in range(min(jobs(), len(queued)) - len(threads)):
+                threads.append(threading.Thread(target=_feed, args=(tasks, _worker_environment()), daemon=True))
+                threads[-1].start()
+
+    try:
+        yield add
+    finally:
+        tasks.put(None)         # no more: each worker stops at it (and puts it back for the next)
+        for thread in threads:
+            thread.join()
+    for dispatcher, signature in added:
         dispatcher.compile(signature)
 
 
@@ -80,38 +114,30 @@ def _importable(dispatcher):
         module, dispatcher.__name__, None) is dispatcher
 
 
-def _compile_in_workers(missing, workers):
-    tasks = queue.SimpleQueue()
-    for dispatcher, signature in missing:
-        tasks.put((dispatcher.py_func.__module__, dispatcher.__name__, signature,
-                   dispatcher.py_func.__code__.co_filename))
-    environment = dict(os.environ, JITAPE_CACHE_DIR=str(Path(cache_dir()).parent),
-                       PYTHONPATH=os.pathsep.join([_PACKAGE_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    threads = [threading.Thread(target=_feed, args=(tasks, environment), daemon=True) for _ in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+def _worker_environment():
+    return dict(os.environ, JITAPE_CACHE_DIR=str(Path(cache_dir()).parent),
+                PYTHONPATH=os.pathsep.join([_PACKAGE_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
 
 
 def _feed(tasks, environment):
-    """One worker's life: started, handed tasks one at a time until none is left (or it ends), then stopped."""
+    """One worker's life: started, handed tasks one at a time until it meets the end (None) or ends itself, then
+    stopped; what it leaves, this process compiles (side_by_side)."""
     try:
         # started in the package's root, which `-c` puts first on its path: it imports this process's kernel
         # files, not others its working directory holds (numba caches a kernel under its file's path)
         with subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=environment, cwd=_PACKAGE_ROOT) as worker:
             while True:
-                try:
-                    task = tasks.get_nowait()
-                except queue.Empty:
+                task = tasks.get()
+                if task is None:
+                    tasks.put(None)
                     break
                 pickle.dump(task, worker.stdin)
                 worker.stdin.flush()
-                if not worker.stdout.read(1):       # it ended: what it leaves compiles in ready()
+                if not worker.stdout.read(1):       # it ended
                     break
             worker.stdin.close()
-    except OSError:                                 # no worker: ready() compiles everything
+    except OSError:                                 # no worker
         pass
 
 

@@ -23,11 +23,16 @@ parallel_compile._SERVE = sys.argv[1]
 v = np.zeros(3)
 sgd = (sgd_momentum_step, tuple(map(sgd_momentum_step.typeof_pyval, (v, v, v, 0.5, 0.0, False, v))))
 adam = (adam_step, tuple(map(adam_step.typeof_pyval, (v, v, v, v, v, 0.1, 0.9, 0.999, 1e-7, v))))
-if len(sys.argv) > 2:       # both compiled for a caller first: linked only, which ready() must compile whole
+if "linked first" in sys.argv:       # both compiled for a caller first: linked only, which ready() must compile whole
     import numba
     numba.njit(lambda v: (sgd_momentum_step(v, v, v, 0.5, 0.0, False, v),
                           adam_step(v, v, v, v, v, 0.1, 0.9, 0.999, 1e-7, v)))(np.zeros(3))
-parallel_compile.ready([sgd, adam])
+if "one at a time" in sys.argv:     # one pair handed: no worker yet; a second: the workers start and take both
+    with parallel_compile.side_by_side() as add:
+        add([sgd])
+        add([adam])
+else:
+    parallel_compile.ready([sgd, adam])
 w, g, m = np.ones(3), np.full(3, 2.0), np.zeros(3)
 sgd_momentum_step(w, g, m, 0.5, 0.0, False, w)
 # a kernel loaded from the cache holds a library of jitape's lazily linked kind; one compiled here numba's own
@@ -36,9 +41,10 @@ print(w[0], *kinds)
 """
 
 
-def _run(tmp_path, serve=parallel_compile._SERVE, linked_first=False, **env):
+def _run(tmp_path, serve=parallel_compile._SERVE, linked_first=False, one_at_a_time=False, **env):
     environment = dict(os.environ, JITAPE_CACHE_DIR=str(tmp_path), **env)
-    result = subprocess.run([sys.executable, "-c", _TWO_KERNELS, serve, *["linked first"] * linked_first],
+    result = subprocess.run([sys.executable, "-c", _TWO_KERNELS, serve, *["linked first"] * linked_first,
+                             *["one at a time"] * one_at_a_time],
                             env=environment, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     value, *kinds = result.stdout.split()
@@ -54,6 +60,12 @@ def test_kernels_the_cache_lacks_compile_in_workers_and_load_here(tmp_path):
 
 def test_kernels_compiled_only_for_a_caller_compile_whole_in_workers(tmp_path):
     assert _run(tmp_path, linked_first=True, JITAPE_COMPILE_JOBS="2") == ["_LazilyLinked", "_LazilyLinked"]
+
+
+def test_pairs_handed_one_at_a_time_compile_in_workers_started_once_two_are_handed(tmp_path):
+    assert _run(tmp_path, one_at_a_time=True, JITAPE_COMPILE_JOBS="2") == ["_LazilyLinked", "_LazilyLinked"]
+    # with one job, this process compiles both
+    assert _run(tmp_path / "alone", one_at_a_time=True, JITAPE_COMPILE_JOBS="1") == ["JITCodeLibrary"] * 2
 
 
 def test_one_process_compiles_alone_with_one_job(tmp_path):

@@ -118,7 +118,7 @@ def test_small_elementwise_rows_with_several_columns_run_in_a_loop_kernel_of_the
     np.testing.assert_allclose(tape.jacobian(y, x).numpy(), np.diag(np.cos(xv) * xv + np.sin(xv) + 0.5), rtol=1e-6)
 
 def _table(dtype, group, kernels):
-    arrays = cpu._replay_arrays(dtype)
+    arrays = cpu.replay_arrays(dtype)
     code, slots, iattr, fattr, arena, temps, adjoint = (arrays[i] for i in (0, 1, 2, 3, 4, 14, 8))
     outer = (code, slots, iattr, fattr, arena, temps) if group is FORWARD else (
         code, slots, iattr, fattr, arena, adjoint, temps, np.zeros(0, np.int64))

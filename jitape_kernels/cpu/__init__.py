@@ -5,20 +5,22 @@ import numpy as np
 from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep, per_example_temps
 from .tangents import second_order_sweep, tangent_sweep
-from ..layout import SC_FLAGS
-from ..planning import READS_ALL, derivative_plan, plan
+from ..planning import derivative_plan, plan
 from .interpreter import forward_sweep, planned_temps, replay_sweep, reverse_sweep
 from .elementwise import strided_arithmetic
-from .fusion import KERNEL_COLUMNS, GroupKernels
+from .fusion import GroupKernels
 from .optimizers import adam_step, sgd_momentum_step
 from .reduction import short_row_sums
+from .samples import (derivative_plan_arguments, empty_program, plan_arguments, planned_temps_arguments, read_only,
+                      replay_arrays, reverse_arrays)
+from .compile_ahead import cold_start
 from . import row_kernels
 from .row_kernels import (empty_table, forward_kernels, replay_kernels, reverse_kernels, second_order_kernels,
                           tangent_kernels)
 
-__all__ = ["GroupKernels", "compiled_for", "derivative_plan", "first_row_mixing", "forward_kernels", "forward_sweep",
-           "new_temps", "per_example_plan", "per_example_sweep", "per_example_temps", "plan", "planned_temps",
-           "replay_kernels", "replay_sweep", "reverse_kernels", "reverse_sweep", "run_warmup_step",
+__all__ = ["GroupKernels", "cold_start", "compiled_for", "derivative_plan", "first_row_mixing", "forward_kernels",
+           "forward_sweep", "new_temps", "per_example_plan", "per_example_sweep", "per_example_temps", "plan",
+           "planned_temps", "replay_kernels", "replay_sweep", "reverse_kernels", "reverse_sweep", "run_warmup_step",
            "second_order_kernels", "second_order_sweep", "tangent_kernels", "tangent_sweep", "warmup_steps"]
 
 
@@ -46,28 +48,11 @@ def new_temps(code, iattr, columns, dtype, *more_code):
     return np.empty(fixed + per_column * columns, dtype)
 
 
-def _empty_program(dtype):
-    code = np.zeros((0, oc.W), np.int64)
-    slots = np.zeros((0, oc.S), np.int64)
-    return code, slots, np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, dtype)
-
-
-def _replay_arrays(dtype):
-    """replay_sweep's arguments but its kernel table for an empty Program of `dtype` (the types jitape.replay
-    passes)."""
-    d = dtype
-    return (*_empty_program(d), np.zeros((0, 8), np.int64), np.zeros((0, oc.W), np.int64), np.zeros((0, 4), np.int64),
-            np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
-            np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d), np.zeros(0, np.int64),
-            np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64),
-            np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64))
-
-
 def _every_kernel(dtype, groups):
     """The tables of every kernel of `groups` (row_kernels' groups) for the arrays replay_sweep takes, and
     reverse_sweep's, tangent_sweep's and second_order_sweep's (forward_sweep's and per_example_sweep's are of the
     same types)."""
-    arrays = _replay_arrays(dtype)
+    arrays = replay_arrays(dtype)
     code, slots, iattr, fattr, arena, adjoint, temps = (arrays[i] for i in (0, 1, 2, 3, 4, 8, 14))
     homes = np.zeros(0, np.int64)
     needs = (row_kernels.replay_needs(*arrays, every_kernel=True)
@@ -86,19 +71,12 @@ def _optimizer_steps(dtype):
     adam_step(z, z, z, z, z, scalar, scalar, scalar, scalar, z)
 
 
-def _read_only(array):
-    """`array`, made read-only: as the operands strided_arithmetic takes and the recorded rows plan() takes (views
-    of a tape's bytes); numba types a read-only array apart, so the warmup compiles that signature."""
-    array.flags.writeable = False
-    return array
-
-
 def _eager_steps(dtype):
     """The loops eager ops run (jitape.ops): strided_arithmetic over read-only operands of every pair of layouts
     its callers pass (numba types an array C-contiguous, F-contiguous or neither; a transposed matrix is F; two
     C-contiguous operands never take it, numpy runs them in one run), and short_row_sums."""
     out = np.zeros((1, 2, 2), dtype)
-    layouts = [_read_only(np.zeros(out.shape, dtype)), _read_only(np.zeros(out.shape, dtype, order="F")),
+    layouts = [read_only(np.zeros(out.shape, dtype)), read_only(np.zeros(out.shape, dtype, order="F")),
                np.broadcast_to(np.zeros(1, dtype), out.shape)]     # a broadcast view is read-only
     for a in layouts:
         for b in layouts:
@@ -125,10 +103,9 @@ def _dtype_steps(dtype):
     name = np.dtype(dtype).name
     d = dtype
     return [
-        (f"replay_sweep[{name}]", lambda: replay_sweep(*_replay_arrays(d), empty_table())),
-        (f"forward_sweep[{name}]", lambda: forward_sweep(*_empty_program(d), np.zeros(0, d), empty_table())),
-        (f"reverse_sweep[{name}]", lambda: reverse_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.bool_),
-                                                          np.zeros(0, np.int64), np.zeros(0, d), empty_table())),
+        (f"replay_sweep[{name}]", lambda: replay_sweep(*replay_arrays(d), empty_table())),
+        (f"forward_sweep[{name}]", lambda: forward_sweep(*empty_program(d), np.zeros(0, d), empty_table())),
+        (f"reverse_sweep[{name}]", lambda: reverse_sweep(*reverse_arrays(d), empty_table())),
         (f"forward row kernels[{name}]", lambda: _every_kernel(d, (
             row_kernels.FORWARD, row_kernels.FUSED_FORWARD_GROUP, row_kernels.SCALAR_ROWS_FORWARD_GROUP,
             row_kernels.SCALAR_RUN_FORWARD_GROUP))),
@@ -138,14 +115,14 @@ def _dtype_steps(dtype):
             row_kernels.LOGSUMEXP_FROM_STASH_GROUP, row_kernels.SMALL_ROWS_REVERSE_COLUMNS_GROUP))),
         (f"tangent and second-order row kernels[{name}]", lambda: _every_kernel(d, (row_kernels.TANGENT,
                                                                                      row_kernels.SECOND_ORDER))),
-        (f"tangent_sweep[{name}]", lambda: tangent_sweep(*_empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
+        (f"tangent_sweep[{name}]", lambda: tangent_sweep(*empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
                                                           -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d),
                                                           empty_table())),
         (f"second_order_sweep[{name}]", lambda: second_order_sweep(
-            *_empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
+            *empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
             np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d), empty_table())),
         (f"per_example_sweep[{name}]", lambda: per_example_sweep(
-            np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *_empty_program(d)[1:],
+            np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *empty_program(d)[1:],
             np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64), np.zeros(0, d), empty_table())),
         (f"eager[{name}]", lambda: _eager_steps(d)),
         (f"optimizers[{name}]", lambda: _optimizer_steps(d)),
@@ -154,17 +131,14 @@ def _dtype_steps(dtype):
 
 def _planning_steps():
     """The steps compiling the planners, which take no dtype."""
-    return [("plan", lambda: plan(_read_only(np.zeros((0, 6), np.int64)),
-                                  _read_only(np.zeros((0, 3 + oc.MAXRANK), np.int64)),
-                                  np.zeros(0, np.int64), np.zeros(0, np.int64), False, READS_ALL, 0)),
-            ("derivative_plan", lambda: derivative_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
-                                                        np.zeros(0, np.int64), np.zeros(0, np.int64))),
+    return [("plan", lambda: plan(*plan_arguments())),
+            ("derivative_plan", lambda: derivative_plan(*derivative_plan_arguments())),
             ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),
                                                           np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 2,
                                                           np.zeros(0, np.int64), -1)),
             ("per_example_plan", lambda: per_example_plan(np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64),
                                                           np.zeros(0, np.int64), np.zeros(0, np.int64), 1)),
-            ("planned_temps", lambda: planned_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64))),
+            ("planned_temps", lambda: planned_temps(*planned_temps_arguments())),
             ("per_example_temps", lambda: per_example_temps(np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64),
                                                             np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 1))]
 

@@ -330,6 +330,13 @@ def kernel_table(needs, sweep=None):
     return table
 
 
+def needed_pairs(needs):
+    """The (kernel, signature) pairs kernel_table's `needs` name, as parallel_compile takes them (working out a
+    group's signature compiles or loads its operand builder's)."""
+    return [(group.kernels[k], _signed(group, tuple(map(type_key, arrays)), arrays)[0])
+            for group, arrays, indices in needs for k in indices]
+
+
 def empty_table():
     """A table with no kernel (the type the sweeps take; any call through it raises)."""
     return np.zeros((len(KERNELS), 2), np.int64)
