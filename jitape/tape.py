@@ -228,7 +228,7 @@ class GradientTape(Recording):
             copy, grad = recorded.recording_of_gradient(self, target, source)
             result = None if grad is None else copy.jacobian(grad, source, UnconnectedGradients.ZERO)
         else:
-            h = source_hessian(lowered(self, [target], [source]), source)
+            h = source_hessian(lowered(self, [target], [source], sweeps=_HESSIAN_SWEEPS), source)
             result = None if h is None else Tensor(h.astype(source.dtype).reshape(source.shape + source.shape))
         self._release_if_used_up()
         return result
@@ -243,7 +243,8 @@ class GradientTape(Recording):
             result = None if grad is None else copy.gradient(grad, source, output_gradients=v,
                                                              unconnected_gradients=UnconnectedGradients.ZERO)
         else:
-            hv = source_hessian(lowered(self, [target], [source]), source, np.asarray(v._value).reshape(-1, 1))
+            hv = source_hessian(lowered(self, [target], [source], sweeps=_HESSIAN_SWEEPS), source,
+                                np.asarray(v._value).reshape(-1, 1))
             result = None if hv is None else Tensor(hv.astype(source.dtype).reshape(source.shape)[()])
         self._release_if_used_up()
         return result
@@ -261,6 +262,10 @@ class GradientTape(Recording):
         targets = _target_list(target)
         flat = nest.flatten(sources)
         return lower(self, targets, flat)
+
+
+# forward-over-reverse: the reverse sweep keeps cotangents, tangents along the directions, then second-order terms
+_HESSIAN_SWEEPS = ("reverse", "tangent", "second order")
 
 
 def _unconnected_mode(value):

@@ -372,6 +372,13 @@ def cache_lacks(dispatcher, signature):
     return isinstance(cache, _KernelCache) and _PROBES and not cache.holds(signature, dispatcher.targetctx.codegen())
 
 
+def cache_empty(dispatcher):
+    """Whether `dispatcher` (a kernel of this package's njit) saves its compiles to this package's cache and the
+    cache holds none of it, of any signature (no index: one stat, nothing read)."""
+    cache = getattr(dispatcher, "_cache", None)
+    return isinstance(cache, _KernelCache) and not os.path.exists(cache._cache_file._index_path)
+
+
 def compiled_whole(dispatcher, signature):
     """Whether `dispatcher` holds machine code for `signature` (a tuple of argument types) in this process (not
     only a _Linked compile for callers)."""

@@ -11,7 +11,7 @@ import pytest
 
 import jitape as jt
 from jitape_kernels import parallel_compile
-from jitape_kernels.cpu import compile_ahead, interpreter, row_kernels
+from jitape_kernels.cpu import compile_ahead, interpreter, row_kernels, tangents
 from jitape_kernels.layout import FUSE_MIN_SIZE
 from jitape_kernels.planning import derivative_plan, plan
 
@@ -23,7 +23,7 @@ def named(monkeypatch):
     made anew."""
     pairs, asked = [], []
     monkeypatch.setattr(compile_ahead, "_started", set())
-    monkeypatch.setattr(compile_ahead, "_lacks", lambda sweep, dtype: True)
+    monkeypatch.setattr(compile_ahead, "_lacks", lambda sweep: True)
     monkeypatch.setattr(compile_ahead, "jobs", lambda: 2)
     monkeypatch.setattr(compile_ahead, "side_by_side", contextlib.contextmanager(lambda: (yield pairs.extend)))
     ready = row_kernels.ready
@@ -77,6 +77,18 @@ def test_a_cold_start_names_what_a_first_tape_gradient_asks_for(named, f, x):
     assert interpreter.replay_sweep not in dict(pairs) and derivative_plan not in dict(pairs)
 
 
+@pytest.mark.parametrize("f, x", CASES[:4])
+def test_a_cold_start_names_what_a_first_hessian_and_hessian_vector_product_ask_for(named, f, x):
+    pairs, asked = named
+    x = jt.constant(x)
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = jt.reduce_sum(f(x))
+    tape.hessian(y, x)
+    tape.hessian_vector_product(y, x, jt.ones_like(x))
+    _check(pairs, asked, [interpreter.reverse_sweep, tangents.tangent_sweep, tangents.second_order_sweep])
+
+
 @pytest.mark.parametrize("f, x", CASES)
 def test_a_cold_start_names_what_a_first_jt_grad_asks_for(named, f, x):
     pairs, asked = named
@@ -115,7 +127,7 @@ def test_a_cold_start_names_nothing_where_the_cache_holds_its_sweep_or_with_one_
     monkeypatch.setattr(compile_ahead, "side_by_side", lambda: started.append(1))
     tape.gradient(y, x)
     monkeypatch.setattr(compile_ahead, "_started", set())
-    monkeypatch.setattr(compile_ahead, "_lacks", lambda sweep, dtype: True)
+    monkeypatch.setattr(compile_ahead, "_lacks", lambda sweep: True)
     monkeypatch.setattr(compile_ahead, "jobs", lambda: 1)
     tape.gradient(y, x)
     assert started == []

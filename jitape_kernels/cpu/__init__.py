@@ -12,7 +12,7 @@ from .fusion import GroupKernels
 from .optimizers import adam_step, sgd_momentum_step
 from .reduction import short_row_sums
 from .samples import (derivative_plan_arguments, empty_program, plan_arguments, planned_temps_arguments, read_only,
-                      replay_arrays, reverse_arrays)
+                      replay_arrays, reverse_arrays, second_order_arrays, tangent_arrays)
 from .compile_ahead import cold_start
 from . import row_kernels
 from .row_kernels import (empty_table, forward_kernels, replay_kernels, reverse_kernels, second_order_kernels,
@@ -115,12 +115,8 @@ def _dtype_steps(dtype):
             row_kernels.LOGSUMEXP_FROM_STASH_GROUP, row_kernels.SMALL_ROWS_REVERSE_COLUMNS_GROUP))),
         (f"tangent and second-order row kernels[{name}]", lambda: _every_kernel(d, (row_kernels.TANGENT,
                                                                                      row_kernels.SECOND_ORDER))),
-        (f"tangent_sweep[{name}]", lambda: tangent_sweep(*empty_program(d), np.zeros((0, 1), d), np.zeros(0, np.int64),
-                                                          -1, 0, -1, np.zeros(0, np.int64), np.zeros(0, d),
-                                                          empty_table())),
-        (f"second_order_sweep[{name}]", lambda: second_order_sweep(
-            *empty_program(d), np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros((0, 1), d),
-            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, d), empty_table())),
+        (f"tangent_sweep[{name}]", lambda: tangent_sweep(*tangent_arrays(d), empty_table())),
+        (f"second_order_sweep[{name}]", lambda: second_order_sweep(*second_order_arrays(d), empty_table())),
         (f"per_example_sweep[{name}]", lambda: per_example_sweep(
             np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), *empty_program(d)[1:],
             np.zeros((0, 1), d), np.zeros((0, 1), d), np.zeros(0, np.int64), np.zeros(0, d), empty_table())),

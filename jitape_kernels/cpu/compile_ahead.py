@@ -19,19 +19,24 @@ from numba import typeof
 from .. import opcodes as oc
 from ..layout import FUSE_MIN_SIZE
 from ..parallel_compile import jobs, side_by_side
-from .. import cache_lacks, compiled_whole
+from .. import cache_empty
 from ..planning import derivative_plan, plan
 from . import row_kernels
 from .interpreter import planned_temps, replay_sweep, reverse_sweep
-from .samples import derivative_plan_arguments, plan_arguments, planned_temps_arguments, replay_arrays, reverse_arrays
+from .samples import (derivative_plan_arguments, plan_arguments, planned_temps_arguments, replay_arrays, reverse_arrays,
+                      second_order_arrays, tangent_arrays)
+from .tangents import second_order_sweep, tangent_sweep
 
 REVERSE = "reverse"     # reverse_sweep over a tape's Program (a gradient, a reverse-mode Jacobian)
 REPLAY = "replay"       # replay_sweep of a trace, its large elementwise rows in fused groups (jt.function)
 UNFUSED = "replay unfused"      # ... every row by its kernel (the plain replay of a function differentiated)
 STEPS = "steps"         # a replay's gradient steps (a jt.grad's bound gradient, a tape inside a jt.function)
+TANGENT = "tangent"     # tangent_sweep (a Hessian's directions, a JVP, a forward-mode Jacobian)
+SECOND_ORDER = "second order"   # second_order_sweep (a Hessian)
 
 _ENTRY_POINTS = {REVERSE: (reverse_sweep, reverse_arrays), REPLAY: (replay_sweep, replay_arrays),
-                 UNFUSED: (replay_sweep, replay_arrays)}
+                 UNFUSED: (replay_sweep, replay_arrays), TANGENT: (tangent_sweep, tangent_arrays),
+                 SECOND_ORDER: (second_order_sweep, second_order_arrays)}
 _started = set()        # the sweeps a cold start was asked for in this process (of either dtype)
 _lock = threading.Lock()
 
@@ -39,17 +44,18 @@ _lock = threading.Lock()
 def cold_start(rows, slot_rows, sweeps):
     """Where the cache lacks them, compile the planners and the `sweeps` (names above) of a Program of the recorded
     `rows` and `slot_rows` (as a recording keeps them: lists of packed int64 rows) with the row kernels they will
-    call, side by side; nothing where the cache holds each sweep, after the first call per sweep, or with one
-    compile job (over-named kernels would then cost time)."""
+    call, side by side; nothing where this process or the cache holds any compile of each sweep, after the first
+    call per sweep, or with one compile job (over-named kernels would then cost time)."""
     if _started.issuperset(sweeps) or jobs() < 2:
         return
-    slot_rows = np.frombuffer(b"".join(slot_rows), np.int64).reshape(-1, 3 + oc.MAXRANK)
-    dtype = np.float64 if slot_rows[:, 2].any() else np.float32
     with _lock:
-        cold = [s for s in sweeps if s not in _started and _lacks(s, dtype)]
-        _started.update(sweeps)
-        if not cold:
+        if not any(s not in _started and _lacks(s) for s in sweeps):
+            _started.update(sweeps)
             return
+        _started.update(sweeps)
+        cold = sweeps       # every sweep of the derivative: what the cache holds of them is not compiled again
+        slot_rows = np.frombuffer(b"".join(slot_rows), np.int64).reshape(-1, 3 + oc.MAXRANK)
+        dtype = np.float64 if slot_rows[:, 2].any() else np.float32
         code, slots = _recorded_code(np.frombuffer(b"".join(rows), np.int64).reshape(-1, 6), slot_rows)
         with side_by_side() as compile_side_by_side:
             # first the sweeps, the planners and the loops (signatures of types alone): the workers start on them
@@ -61,11 +67,12 @@ def cold_start(rows, slot_rows, sweeps):
             compile_side_by_side(row_kernels.needed_pairs([need for need in needs if need[0].operands is not None]))
 
 
-def _lacks(sweep, dtype):
-    """Whether neither this process nor the cache holds the compile of `sweep` (of a replay's gradient steps: of
-    derivative_plan, which plans them)."""
-    dispatcher, signature = _sweep_pair(sweep, dtype) if sweep in _ENTRY_POINTS else _derivative_planner()
-    return not compiled_whole(dispatcher, signature) and cache_lacks(dispatcher, signature)
+def _lacks(sweep):
+    """Whether neither this process nor the cache holds any compile of `sweep` (of a replay's gradient steps: of
+    derivative_plan, which plans them): a new cache (a stat, where a signature's lookup read the index: ~0.5 ms of
+    a warm process's first gradient)."""
+    dispatcher = _ENTRY_POINTS[sweep][0] if sweep in _ENTRY_POINTS else derivative_plan
+    return not dispatcher.overloads and cache_empty(dispatcher)
 
 
 def _signature(dispatcher, arguments):
@@ -105,6 +112,14 @@ def _needs(sweep, code, slots, dtype):
     if sweep == REVERSE:
         _, _, iattr, fattr, arena, adjoint, _, homes, temps = reverse_arrays(dtype)
         return row_kernels.reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes)
+    if sweep == TANGENT:
+        _, _, iattr, fattr, arena, tangent, _, _, _, _, homes, temps = tangent_arrays(dtype)
+        return row_kernels.tangent_needs(code, slots, iattr, fattr, arena, tangent, temps, homes)
+    if sweep == SECOND_ORDER:       # the reverse rules of every row over adjoint tangents, and second-order terms
+        _, _, iattr, fattr, arena, adjoint, tangent, adjoint_tangent, _, homes, temps = second_order_arrays(dtype)
+        return (row_kernels.reverse_needs(code, slots, iattr, fattr, arena, adjoint_tangent, temps, homes, True)
+                + row_kernels.second_order_needs(code, slots, iattr, fattr, arena, adjoint, tangent, adjoint_tangent,
+                                                 temps, homes))
     # a replay: rows of FUSE_MIN_SIZE elementwise entries run in fused groups (layout.fused_groups), scalar
     # elementwise rows in scalar runs (layout.scalar_runs), the others from the loops of rows, calling their kernels
     op, size = code[:, oc.OP], slots[code[:, oc.OUT], oc.SIZE]

@@ -29,6 +29,19 @@ def reverse_arrays(dtype):
             np.zeros(0, dtype))
 
 
+def tangent_arrays(dtype):
+    """tangent_sweep's arguments but its kernel table: one tangent column, no seed."""
+    return (*empty_program(dtype), np.zeros((0, 1), dtype), np.zeros(0, np.int64), -1, 0, -1, np.zeros(0, np.int64),
+            np.zeros(0, dtype))
+
+
+def second_order_arrays(dtype):
+    """second_order_sweep's arguments but its kernel table: one column."""
+    column = np.zeros((0, 1), dtype)
+    return (*empty_program(dtype), column, column, column, np.zeros(0, np.int64), np.zeros(0, np.int64),
+            np.zeros(0, dtype))
+
+
 def replay_arrays(dtype):
     """replay_sweep's arguments but its kernel table (the types jitape.replay passes)."""
     d = dtype
