@@ -14,6 +14,10 @@ from . import config
 from .recycling import workspace
 
 
+# the sweeps of a Hessian or HVP (forward-over-reverse), as Backend.cold_start names them
+HESSIAN_SWEEPS = ("reverse", "tangent", "second order")
+
+
 class Backend(abc.ABC):
     """What a device must provide to run Programs: each method takes the Program's arrays and buffers planned
     by the executor and fills them in place."""

@@ -11,6 +11,7 @@ import functools
 import numpy as np
 
 from . import nest
+from .backend import HESSIAN_SWEEPS
 from .execute import one_reverse_sweep, source_gradients, source_hessian, source_jacobians
 from .replay import Function, signature
 from .recording import _state
@@ -106,8 +107,8 @@ class _Call:
     """One call of f through its jt.function: the variant replayed (or traced), its outputs and the slots
     of the differentiated leaves."""
 
-    def __init__(self, fn, args, kwargs, nums, purpose=None):
-        concrete, leaves, traced = fn.replay(args, kwargs, purpose)
+    def __init__(self, fn, args, kwargs, nums, purpose=None, sweeps=()):
+        concrete, leaves, traced = fn.replay(args, kwargs, purpose, sweeps)
         if concrete.gradient_steps:
             raise ValueError(f"{fn.__name__!r} takes gradients inside with the compiled sweep (a loaded function): "
                              f"its Program cannot be differentiated; differentiate the Python function instead")
@@ -239,7 +240,8 @@ def value_and_grad(f, argnums=0, has_aux=False):
         taken = _taken_in_replay(fn, args, kwargs, purpose)
         if taken is not None:
             return taken
-        call = _Call(fn, args, kwargs, nums, purpose)
+        # a first call's gradient: a reverse sweep over the trace, then a replay with gradient steps bound
+        call = _Call(fn, args, kwargs, nums, purpose, ("reverse", "replay", "steps"))
         value = _value(call.outputs, has_aux, "value_and_grad")
         target = call.target(value, "value_and_grad")
         packing = call.packing(many, lambda t: t.shape)
@@ -396,7 +398,7 @@ def _second_order(f, argnums, what, with_vector):
             _value(out, False, what)
             h = tape.hessian(out, source)
             return h if h is not None else Tensor(np.zeros(source.shape + source.shape, source.dtype))
-        call = _Call(fn, args, kwargs, nums)
+        call = _Call(fn, args, kwargs, nums, sweeps=HESSIAN_SWEEPS)
         out = _value(call.outputs, False, what)
         ((source, slot),) = call.sources
         target = call.target(out, what)

@@ -751,16 +751,16 @@ class Function:
         """A differentiable Function of `python_function` with this one's settings."""
         return Function(python_function, self.retrace_warning, self.backend, differentiated=True)
 
-    def replay(self, args, kwargs, purpose=None):
+    def replay(self, args, kwargs, purpose=None, sweeps=()):
         """(the variant that ran, the flat argument leaves, None) with the variant's arena holding every value
         of the call and its variable writes not yet done; when this call traced, the variant traced, its
         arena holding the call's values, and (the outputs,): the call already ran in Python. purpose: a
         gradient the variant may have bound (Concrete.bind_gradient) to take in the same call, or OUTPUTS
-        (see Concrete.run)."""
+        (see Concrete.run). sweeps: those a call that traces runs next (see Backend.cold_start)."""
         key, leaves = signature(args, kwargs)
-        return self._replay(key, leaves, args, kwargs, purpose)
+        return self._replay(key, leaves, args, kwargs, purpose, sweeps=sweeps)
 
-    def _replay(self, key, leaves, args, kwargs, purpose, first=0):
+    def _replay(self, key, leaves, args, kwargs, purpose, first=0, sweeps=()):
         """replay() of the signature's (key, leaves), trying its variants from the `first`."""
         variants = self._variants.get(key)
         why = None
@@ -774,7 +774,7 @@ class Function:
             why = f"the guard on {variants[0].failed_guard()} changed"
         else:
             why = self._new_signature(key)
-        concrete, out = self._trace(key, args, kwargs, leaves, why, purpose)
+        concrete, out = self._trace(key, args, kwargs, leaves, why, sweeps)
         return concrete, leaves, (out,)
 
     def _new_signature(self, key):
@@ -789,7 +789,7 @@ class Function:
                 return f"argument leaf {i} changed ({_describe(a)} -> {_describe(b)})"
         return None
 
-    def _trace(self, key, args, kwargs, leaves, why, purpose):
+    def _trace(self, key, args, kwargs, leaves, why, sweeps):
         self.trace_count += 1
         counted_by = self.__dict__.get("_counted_by")
         if counted_by is not None:
@@ -813,13 +813,8 @@ class Function:
         finally:
             _traces.active.remove(trace)
             trace._pop()
-        # a first call with a purpose (a derivative, see run()) also runs a reverse sweep and binds gradient steps,
-        # a replay with fused groups
-        sweeps = ["replay unfused" if self.differentiated else "replay"]
-        if purpose is not None and purpose != OUTPUTS:
-            sweeps += ["replay", "steps", "reverse"]
-        elif trace.takes_gradients:
-            sweeps.append("steps")
+        sweeps = ("replay unfused" if self.differentiated else "replay", *sweeps,
+                  *(("steps",) if trace.takes_gradients else ()))
         backends.current(self.backend).cold_start(trace._rows, trace._slot_rows, sweeps)
         # a replay nothing differentiates runs the run layout (its arena then holds only outputs, guards, writes)
         concrete = Concrete(trace, arg_slots, out, nest.flatten(out), fuse=not self.differentiated)

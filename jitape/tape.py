@@ -9,6 +9,7 @@ import numpy as np
 from jitape_kernels.planning import READS_FIRST_ORDER
 
 from . import nest, recorded
+from .backend import HESSIAN_SWEEPS
 from .execute import (check_rows, lowered, source_batch_jacobian, source_gradients, source_hessian,
                       source_jacobians, source_per_example_gradients)
 from .program import lower
@@ -228,7 +229,7 @@ class GradientTape(Recording):
             copy, grad = recorded.recording_of_gradient(self, target, source)
             result = None if grad is None else copy.jacobian(grad, source, UnconnectedGradients.ZERO)
         else:
-            h = source_hessian(lowered(self, [target], [source], sweeps=_HESSIAN_SWEEPS), source)
+            h = source_hessian(lowered(self, [target], [source], sweeps=HESSIAN_SWEEPS), source)
             result = None if h is None else Tensor(h.astype(source.dtype).reshape(source.shape + source.shape))
         self._release_if_used_up()
         return result
@@ -243,7 +244,7 @@ class GradientTape(Recording):
             result = None if grad is None else copy.gradient(grad, source, output_gradients=v,
                                                              unconnected_gradients=UnconnectedGradients.ZERO)
         else:
-            hv = source_hessian(lowered(self, [target], [source], sweeps=_HESSIAN_SWEEPS), source,
+            hv = source_hessian(lowered(self, [target], [source], sweeps=HESSIAN_SWEEPS), source,
                                 np.asarray(v._value).reshape(-1, 1))
             result = None if hv is None else Tensor(hv.astype(source.dtype).reshape(source.shape)[()])
         self._release_if_used_up()
@@ -262,10 +263,6 @@ class GradientTape(Recording):
         targets = _target_list(target)
         flat = nest.flatten(sources)
         return lower(self, targets, flat)
-
-
-# forward-over-reverse: the reverse sweep keeps cotangents, tangents along the directions, then second-order terms
-_HESSIAN_SWEEPS = ("reverse", "tangent", "second order")
 
 
 def _unconnected_mode(value):

@@ -89,6 +89,13 @@ def test_a_cold_start_names_what_a_first_hessian_and_hessian_vector_product_ask_
     _check(pairs, asked, [interpreter.reverse_sweep, tangents.tangent_sweep, tangents.second_order_sweep])
 
 
+@pytest.mark.parametrize("f, x", CASES[:4])
+def test_a_cold_start_names_what_a_first_jt_hessian_asks_for(named, f, x):
+    pairs, asked = named
+    jt.hessian(lambda v: jt.reduce_sum(f(v)))(jt.constant(x))
+    _check(pairs, asked, [interpreter.replay_sweep, tangents.tangent_sweep, tangents.second_order_sweep])
+
+
 @pytest.mark.parametrize("f, x", CASES)
 def test_a_cold_start_names_what_a_first_jt_grad_asks_for(named, f, x):
     pairs, asked = named
