@@ -48,10 +48,11 @@ class Backend(abc.ABC):
 
     def cold_start(self, rows, slot_rows, sweeps):
         """Before a process's first derivative of a recording (its rows and slot rows as jitape.recording keeps
-        them) runs `sweeps` ("reverse": the reverse sweep; "replay": a trace's replay, large elementwise rows in
-        fused groups; "replay unfused": every row by its kernel; "steps": a replay's gradient steps; "tangent" and
-        "second order": a Hessian's), compile what they will call ahead, side by side, where the compile cache lacks
-        it. A backend that compiles nothing ahead does nothing."""
+        them) runs `sweeps` ("reverse": the reverse sweep, one column; "reverse columns": K > 1 columns, a
+        reverse-mode Jacobian; "replay": a trace's replay, large elementwise rows in fused groups; "replay
+        unfused": every row by its kernel; "steps": a replay's gradient steps; "tangent": a tangent sweep;
+        "second order": a Hessian's second-order sweep), compile what they will call ahead, side by side, where
+        the compile cache lacks it. A backend that compiles nothing ahead does nothing."""
 
     @abc.abstractmethod
     def reverse(self, program, adjoint, written):

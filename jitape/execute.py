@@ -285,6 +285,14 @@ def _forward_mode(mode, columns, n):
     return mode == "forward" or (mode is None and columns < n)
 
 
+def jacobian_sweeps(n, sources):
+    """The sweeps source_jacobians (mode None) runs for an n-entry target, every source taken as connected, as
+    Backend.cold_start names them."""
+    if _forward_mode(None, sum(s.size for s in sources), n):
+        return ("tangent",)
+    return ("reverse",) if n == 1 else ("reverse columns",)
+
+
 def one_reverse_sweep(program, n, sources):
     """Whether source_jacobians (mode None) takes the n-entry target's Jacobians in one reverse sweep of n
     columns, seeded with the identity."""

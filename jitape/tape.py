@@ -10,7 +10,7 @@ from jitape_kernels.planning import READS_FIRST_ORDER
 
 from . import nest, recorded
 from .backend import HESSIAN_SWEEPS
-from .execute import (check_rows, lowered, source_batch_jacobian, source_gradients, source_hessian,
+from .execute import (check_rows, jacobian_sweeps, lowered, source_batch_jacobian, source_gradients, source_hessian,
                       source_jacobians, source_per_example_gradients)
 from .program import lower
 from .recording import Recording, _state
@@ -111,7 +111,8 @@ class GradientTape(Recording):
         if self._must_record():
             found = recorded.jacobian(self, target, flat_sources)
         else:
-            program = lowered(self, [target], flat_sources, READS_FIRST_ORDER)
+            program = lowered(self, [target], flat_sources, READS_FIRST_ORDER,
+                              sweeps=jacobian_sweeps(target.size, flat_sources))
             found = [None if j is None else Tensor(j.reshape(target.shape + s.shape)[()])
                      for s, j in zip(flat_sources, source_jacobians(program, target.size, flat_sources))]
         results = []

@@ -77,6 +77,23 @@ def test_a_cold_start_names_what_a_first_tape_gradient_asks_for(named, f, x):
     assert interpreter.replay_sweep not in dict(pairs) and derivative_plan not in dict(pairs)
 
 
+@pytest.mark.parametrize("x, targets, sweep", [
+    (np.linspace(0.1, 1.0, 40), 6, interpreter.reverse_sweep),     # reverse mode: K = 6 columns
+    (np.linspace(0.1, 1.0, 16), 1, interpreter.reverse_sweep),     # one column
+    (np.linspace(0.1, 1.0, 3), 40, tangents.tangent_sweep)])      # forward mode: K = 3 tangent columns
+def test_a_cold_start_names_what_a_first_jacobian_asks_for_in_either_mode(named, x, targets, sweep):
+    pairs, asked = named
+    x = jt.constant(x)
+    spread = jt.constant(np.linspace(-1.0, 1.0, x.shape[0] * targets).reshape(x.shape[0], targets))
+    with jt.GradientTape() as tape:
+        tape.watch(x)
+        y = jt.tanh(jt.matmul(jt.reshape(jt.sin(x) * x, (1, -1)), spread))
+        y = jt.reduce_sum(y) if targets == 1 else y
+    tape.jacobian(y, x)
+    _check(pairs, asked, [sweep])
+    assert {d for d, _ in pairs} & {interpreter.reverse_sweep, tangents.tangent_sweep} == {sweep}
+
+
 @pytest.mark.parametrize("f, x", CASES[:4])
 def test_a_cold_start_names_what_a_first_hessian_and_hessian_vector_product_ask_for(named, f, x):
     pairs, asked = named

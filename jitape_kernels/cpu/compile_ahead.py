@@ -27,14 +27,16 @@ from .samples import (derivative_plan_arguments, plan_arguments, planned_temps_a
                       second_order_arrays, tangent_arrays)
 from .tangents import second_order_sweep, tangent_sweep
 
-REVERSE = "reverse"     # reverse_sweep over a tape's Program (a gradient, a reverse-mode Jacobian)
+REVERSE = "reverse"     # reverse_sweep over a tape's Program, one cotangent column (a gradient)
+COLUMNS = "reverse columns"     # ... K > 1 columns (a reverse-mode Jacobian)
 REPLAY = "replay"       # replay_sweep of a trace, its large elementwise rows in fused groups (jt.function)
 UNFUSED = "replay unfused"      # ... every row by its kernel (the plain replay of a function differentiated)
 STEPS = "steps"         # a replay's gradient steps (a jt.grad's bound gradient, a tape inside a jt.function)
 TANGENT = "tangent"     # tangent_sweep (a Hessian's directions, a JVP, a forward-mode Jacobian)
 SECOND_ORDER = "second order"   # second_order_sweep (a Hessian)
 
-_ENTRY_POINTS = {REVERSE: (reverse_sweep, reverse_arrays), REPLAY: (replay_sweep, replay_arrays),
+_ENTRY_POINTS = {REVERSE: (reverse_sweep, reverse_arrays), COLUMNS: (reverse_sweep, reverse_arrays),
+                 REPLAY: (replay_sweep, replay_arrays),
                  UNFUSED: (replay_sweep, replay_arrays), TANGENT: (tangent_sweep, tangent_arrays),
                  SECOND_ORDER: (second_order_sweep, second_order_arrays)}
 _started = set()        # the sweeps a cold start was asked for in this process (of either dtype)
@@ -109,8 +111,10 @@ def _recorded_code(rows, slot_rows):
 
 def _needs(sweep, code, slots, dtype):
     """kernel_table's needs of `sweep` over the recorded `code`."""
-    if sweep == REVERSE:
+    if sweep in (REVERSE, COLUMNS):
         _, _, iattr, fattr, arena, adjoint, _, homes, temps = reverse_arrays(dtype)
+        if sweep == COLUMNS:
+            adjoint = np.zeros((0, 2), dtype)       # of the same type: K > 1 columns run small rows in a loop apart
         return row_kernels.reverse_needs(code, slots, iattr, fattr, arena, adjoint, temps, homes)
     if sweep == TANGENT:
         _, _, iattr, fattr, arena, tangent, _, _, _, _, homes, temps = tangent_arrays(dtype)
