@@ -48,7 +48,10 @@ def cold_start(rows, slot_rows, sweeps):
     `rows` and `slot_rows` (as a recording keeps them: lists of packed int64 rows) with the row kernels they will
     call, side by side; nothing where this process or the cache holds any compile of each sweep, after the first
     call per sweep, or with one compile job (over-named kernels would then cost time)."""
-    if _started.issuperset(sweeps) or jobs() < 2:
+    if _started.issuperset(sweeps):
+        return
+    if jobs() < 2:      # asked once: a process's cores do not change
+        _started.update(sweeps)
         return
     with _lock:
         if not any(s not in _started and _lacks(s) for s in sweeps):
