@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jitape as jt
-from jitape_kernels import parallel_compile
+from jitape_kernels import opcodes as oc, parallel_compile
 from jitape_kernels.cpu import compile_ahead, interpreter, row_kernels, tangents
 from jitape_kernels.layout import FUSE_MIN_SIZE
 from jitape_kernels.planning import derivative_plan, plan
@@ -194,3 +194,23 @@ def test_a_cold_first_gradient_compiles_nothing_after_its_cold_start(tmp_path):
     error, *compiled = result.stdout.split()
     assert float(error) < 1e-12
     assert compiled == []
+
+
+@pytest.mark.parametrize("size", [1, 8, FUSE_MIN_SIZE])
+def test_rows_of_every_opcode_name_kernels_of_their_tables_for_every_sweep(size):
+    # one row per opcode, each from slot 0 into a slot of its own, and a trace's gradient step (a negative opcode)
+    ops = np.arange(len(oc.NAMES))
+    rows = np.zeros((ops.size + 1, 6), np.int64)
+    rows[:-1, 0], rows[:-1, 1], rows[:-1, 4:] = ops, ops + 1, -1
+    rows[-1] = [-7, ops.size + 1, ops.size, 0, -1, -1]
+    slot_rows = np.zeros((ops.size + 2, 3 + oc.MAXRANK), np.int64)
+    slot_rows[:, 0] = size
+    code, slots = compile_ahead._recorded_code(rows, slot_rows)
+    assert code.shape[0] == ops.size
+    for sweep in ("reverse", "reverse columns", "replay", "replay unfused", "steps", "tangent", "second order"):
+        for dtype in (np.float32, np.float64):
+            needs = compile_ahead._needs(sweep, code, slots, dtype)
+            for group, _, indices in needs:
+                assert set(indices) <= set(range(len(group.kernels)))
+            kernels = {dispatcher for dispatcher, _ in row_kernels.needed_pairs(needs)}
+            assert kernels and kernels <= set(row_kernels.KERNELS)
