@@ -99,6 +99,10 @@ def side_by_side():
 
     try:
         yield add
+    except BaseException:       # an error or an interrupt here: the workers stop after the kernels they compile
+        while not tasks.empty():
+            tasks.get_nowait()
+        raise
     finally:
         tasks.put(None)         # no more: each worker stops at it (and puts it back for the next)
         for thread in threads:

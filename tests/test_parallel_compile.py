@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from numba import types
 
 import jitape_kernels
@@ -66,6 +67,24 @@ def test_pairs_handed_one_at_a_time_compile_in_workers_started_once_two_are_hand
     assert _run(tmp_path, one_at_a_time=True, JITAPE_COMPILE_JOBS="2") == ["_LazilyLinked", "_LazilyLinked"]
     # with one job, this process compiles both
     assert _run(tmp_path / "alone", one_at_a_time=True, JITAPE_COMPILE_JOBS="1") == ["JITCodeLibrary"] * 2
+
+
+def test_an_error_while_pairs_are_handed_stops_the_workers_after_their_kernels(tmp_path, monkeypatch):
+    # three pairs queued, an error: the workers compile at most what they took (two), nothing is compiled here
+    monkeypatch.setenv("JITAPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("JITAPE_COMPILE_JOBS", "2")
+    took = []
+    monkeypatch.setattr(parallel_compile, "_feed", lambda tasks, environment: took.append(tasks))
+    monkeypatch.setattr(parallel_compile, "cache_lacks", lambda dispatcher, signature: True)
+    v = types.float64[::1]
+    step = optimizers.sgd_momentum_step
+    pairs = [(step, (v, v, v, t, t, types.boolean, v)) for t in (types.float64, types.int64, types.float32)]
+    with pytest.raises(KeyError):
+        with parallel_compile.side_by_side() as add:
+            add(pairs)
+            raise KeyError("while working out more pairs")
+    (tasks,) = set(took)
+    assert tasks.get_nowait() is None and tasks.empty()      # only the end was left for the workers
 
 
 def test_one_process_compiles_alone_with_one_job(tmp_path):
