@@ -16,10 +16,9 @@ import threading
 import numpy as np
 from numba import typeof
 
-from .. import opcodes as oc
+from .. import cache_empty, opcodes as oc
 from ..layout import FUSE_MIN_SIZE
 from ..parallel_compile import jobs, side_by_side
-from .. import cache_empty
 from ..planning import derivative_plan, plan
 from . import row_kernels
 from .interpreter import planned_temps, replay_sweep, reverse_sweep
@@ -36,9 +35,8 @@ TANGENT = "tangent"     # tangent_sweep (a Hessian's directions, a JVP, a forwar
 SECOND_ORDER = "second order"   # second_order_sweep (a Hessian)
 
 _ENTRY_POINTS = {REVERSE: (reverse_sweep, reverse_arrays), COLUMNS: (reverse_sweep, reverse_arrays),
-                 REPLAY: (replay_sweep, replay_arrays),
-                 UNFUSED: (replay_sweep, replay_arrays), TANGENT: (tangent_sweep, tangent_arrays),
-                 SECOND_ORDER: (second_order_sweep, second_order_arrays)}
+                 REPLAY: (replay_sweep, replay_arrays), UNFUSED: (replay_sweep, replay_arrays),
+                 TANGENT: (tangent_sweep, tangent_arrays), SECOND_ORDER: (second_order_sweep, second_order_arrays)}
 _started = set()        # the sweeps a cold start was asked for in this process (of either dtype)
 _lock = threading.Lock()
 
@@ -54,21 +52,21 @@ def cold_start(rows, slot_rows, sweeps):
         _started.update(sweeps)
         return
     with _lock:
-        if not any(s not in _started and _lacks(s) for s in sweeps):
-            _started.update(sweeps)
-            return
+        # one cold sweep names every sweep of the derivative (what the cache holds of them is not compiled again)
+        cold = any(s not in _started and _lacks(s) for s in sweeps)
         _started.update(sweeps)
-        cold = sweeps       # every sweep of the derivative: what the cache holds of them is not compiled again
+        if not cold:
+            return
         slot_rows = np.frombuffer(b"".join(slot_rows), np.int64).reshape(-1, 3 + oc.MAXRANK)
         dtype = np.float64 if slot_rows[:, 2].any() else np.float32
         code, slots = _recorded_code(np.frombuffer(b"".join(rows), np.int64).reshape(-1, 6), slot_rows)
         with side_by_side() as compile_side_by_side:
             # first the sweeps, the planners and the loops (signatures of types alone): the workers start on them
             # while this process works out the row kernels' signatures (compiling their operand builders)
-            needs = [need for sweep in cold for need in _needs(sweep, code, slots, dtype)]
+            needs = [need for sweep in sweeps for need in _needs(sweep, code, slots, dtype)]
             direct = [need for need in needs if need[0].operands is None]
-            sweep_pairs = dict.fromkeys(_sweep_pair(s, dtype) for s in cold if s in _ENTRY_POINTS)    # once each
-            compile_side_by_side([*sweep_pairs, *_planner_pairs(cold), *row_kernels.needed_pairs(direct)])
+            sweep_pairs = dict.fromkeys(_sweep_pair(s, dtype) for s in sweeps if s in _ENTRY_POINTS)    # once each
+            compile_side_by_side([*sweep_pairs, *_planner_pairs(sweeps), *row_kernels.needed_pairs(direct)])
             compile_side_by_side(row_kernels.needed_pairs([need for need in needs if need[0].operands is not None]))
 
 
@@ -80,24 +78,17 @@ def _lacks(sweep):
     return not dispatcher.overloads and cache_empty(dispatcher)
 
 
-def _signature(dispatcher, arguments):
-    return tuple(map(dispatcher.typeof_pyval, arguments))
-
-
 def _sweep_pair(sweep, dtype):
     dispatcher, arrays = _ENTRY_POINTS[sweep]
     return dispatcher, (*map(typeof, arrays(dtype)), typeof(row_kernels.empty_table()))
 
 
-def _derivative_planner():
-    return derivative_plan, _signature(derivative_plan, derivative_plan_arguments())
-
-
 def _planner_pairs(sweeps):
     """The planners' pairs: every Program's, and derivative_plan where gradient steps are planned."""
-    return [(plan, _signature(plan, plan_arguments())),
-            (planned_temps, _signature(planned_temps, planned_temps_arguments()))] + (
-        [_derivative_planner()] if STEPS in sweeps else [])
+    planners = [(plan, plan_arguments()), (planned_temps, planned_temps_arguments())]
+    if STEPS in sweeps:
+        planners.append((derivative_plan, derivative_plan_arguments()))
+    return [(planner, tuple(map(planner.typeof_pyval, arguments))) for planner, arguments in planners]
 
 
 def _recorded_code(rows, slot_rows):
