@@ -35,7 +35,7 @@ def _reversed(fn):
 def _install_operators():
     ops = {
         "__add__": add, "__radd__": _reversed(add), "__sub__": subtract, "__rsub__": _reversed(subtract),
-        "__mul__": multiply, "__rmul__": _reversed(multiply), "__truediv__": divide,
+        "__mul__": multiply, "__rmul__": elementwise.reversed_multiply, "__truediv__": divide,
         "__rtruediv__": _reversed(divide), "__pow__": pow, "__rpow__": _reversed(pow),
         "__matmul__": matmul, "__rmatmul__": _reversed(matmul), "__neg__": negative,
         "__pos__": lambda self: self, "__abs__": abs, "__getitem__": getitem,

@@ -197,7 +197,7 @@ _scale = Primitive("scale", oc.SCALE, _scale_np, _same, lambda g, y, ins, c, w: 
 
 def scale(x, c):
     """x * c for a Python number c (one instruction, no constant slot)."""
-    c = x.dtype.type(c)
+    c = x._value.dtype.type(c)
     return emit(_scale, (x,), _scale_np(x._value, c), c, fblock=(float(c),))
 
 
@@ -377,11 +377,20 @@ def atan2(y, x, name=None):
 
 def multiply(x, y, name=None):
     """Elementwise x * y with numpy broadcasting; a Python-number factor records one scale instruction."""
+    if type(x) is Tensor and type(y) is Tensor:     # the common call, without four checks for a number
+        return _multiply(x, y)
     if isinstance(y, (int, float)) and not isinstance(y, bool) and isinstance(x, Tensor) and x.dtype.kind == "f":
         return scale(x, y)
     if isinstance(x, (int, float)) and not isinstance(x, bool) and isinstance(y, Tensor) and y.dtype.kind == "f":
         return scale(y, x)
     return _multiply(x, y)
+
+
+def reversed_multiply(x, y):
+    """y * x (Tensor.__rmul__): a Python number y records one scale instruction, without multiply's checks."""
+    if (type(y) is float or type(y) is int) and x._value.dtype.kind == "f":
+        return scale(x, y)
+    return multiply(y, x)
 
 
 def pow(x, y, name=None):
