@@ -78,8 +78,7 @@ def side_by_side():
     for the workers, then compiles or loads every pair added in this process, as ready() does."""
     tasks, added, threads = queue.SimpleQueue(), [], []
     queued = set()
-    # a frozen application's executable is the application, not a Python that runs `-c`
-    parallel = jobs() > 1 and sys.executable and not getattr(sys, "frozen", False)
+    parallel = workers_run()
 
     def add(pairs):
         pairs = [(d, tuple(s)) for d, s in pairs if hasattr(d, "compile")]     # not with NUMBA_DISABLE_JIT
@@ -109,6 +108,12 @@ def side_by_side():
             thread.join()
     for dispatcher, signature in added:
         dispatcher.compile(signature)
+
+
+def workers_run():
+    """Whether kernels compile in worker processes here: jobs() > 1, and a Python to start (a frozen application's
+    executable is the application, not a Python that runs `-c`)."""
+    return jobs() > 1 and bool(sys.executable) and not getattr(sys, "frozen", False)
 
 
 def _importable(dispatcher):

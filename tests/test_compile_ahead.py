@@ -24,7 +24,7 @@ def named(monkeypatch):
     pairs, asked = [], []
     monkeypatch.setattr(compile_ahead, "_started", set())
     monkeypatch.setattr(compile_ahead, "_lacks", lambda sweep: True)
-    monkeypatch.setattr(compile_ahead, "jobs", lambda: 2)
+    monkeypatch.setattr(compile_ahead, "workers_run", lambda: True)
     monkeypatch.setattr(compile_ahead, "side_by_side", contextlib.contextmanager(lambda: (yield pairs.extend)))
     ready = row_kernels.ready
     monkeypatch.setattr(row_kernels, "ready", lambda wanted: (asked.extend(wanted), ready(wanted)))
@@ -140,7 +140,7 @@ def test_a_cold_start_names_the_gradient_steps_of_a_traced_training_step(named):
     _check(pairs, asked, [interpreter.replay_sweep, derivative_plan])
 
 
-def test_a_cold_start_names_nothing_where_the_cache_holds_its_sweep_or_with_one_compile_job(monkeypatch):
+def test_a_cold_start_names_nothing_where_the_process_holds_its_sweep_or_no_worker_compiles(monkeypatch):
     started = []
     x = jt.constant(np.linspace(0.1, 1.0, 16))
     with jt.GradientTape(persistent=True) as tape:
@@ -152,7 +152,7 @@ def test_a_cold_start_names_nothing_where_the_cache_holds_its_sweep_or_with_one_
     tape.gradient(y, x)
     monkeypatch.setattr(compile_ahead, "_started", set())
     monkeypatch.setattr(compile_ahead, "_lacks", lambda sweep: True)
-    monkeypatch.setattr(compile_ahead, "jobs", lambda: 1)
+    monkeypatch.setattr(compile_ahead, "workers_run", lambda: False)
     tape.gradient(y, x)
     assert started == []
 

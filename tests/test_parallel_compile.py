@@ -134,3 +134,13 @@ def test_jobs_follow_the_setting_and_a_warmup_step_compiles_alone(monkeypatch):
     assert parallel_compile.jobs() == 3
     monkeypatch.delenv("JITAPE_COMPILE_JOBS")
     assert parallel_compile.jobs() == min(parallel_compile.cores(), parallel_compile.MAX_JOBS)
+
+
+def test_workers_run_with_two_jobs_or_more_and_a_python_to_start(monkeypatch):
+    monkeypatch.setenv("JITAPE_COMPILE_JOBS", "2")
+    assert parallel_compile.workers_run()
+    monkeypatch.setattr(sys, "frozen", True, raising=False)      # a frozen application: its executable is itself
+    assert not parallel_compile.workers_run()
+    monkeypatch.delattr(sys, "frozen")
+    monkeypatch.setenv("JITAPE_COMPILE_JOBS", "1")
+    assert not parallel_compile.workers_run()

@@ -18,7 +18,7 @@ from numba import typeof
 
 from .. import cache_empty, opcodes as oc
 from ..layout import FUSE_MIN_SIZE
-from ..parallel_compile import jobs, side_by_side
+from ..parallel_compile import side_by_side, workers_run
 from ..planning import derivative_plan, plan
 from . import row_kernels
 from .interpreter import planned_temps, replay_sweep, reverse_sweep
@@ -45,10 +45,11 @@ def cold_start(rows, slot_rows, sweeps):
     """Where the cache lacks them, compile the planners and the `sweeps` (names above) of a Program of the recorded
     `rows` and `slot_rows` (as a recording keeps them: lists of packed int64 rows) with the row kernels they will
     call, side by side; nothing where this process or the cache holds any compile of each sweep, after the first
-    call per sweep, or with one compile job (over-named kernels would then cost time)."""
+    call per sweep, or where no worker process compiles (one compile job, a frozen application: over-named kernels
+    would then cost time)."""
     if _started.issuperset(sweeps):
         return
-    if jobs() < 2:      # asked once: a process's cores do not change
+    if not workers_run():       # asked once: a process's cores do not change
         _started.update(sweeps)
         return
     with _lock:
