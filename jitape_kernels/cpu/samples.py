@@ -1,6 +1,6 @@
 """The arguments of the sweeps and planners for an empty Program of a dtype: arrays of the types the executor and
 replays pass (numba compiles a kernel per argument types), from which the warmup compiles every entry point and a
-cold start (cold_start.py) names the signatures a first derivative will call."""
+cold start (compile_ahead.py) names the signatures a first derivative will call."""
 import numpy as np
 
 from .. import opcodes as oc
