@@ -25,9 +25,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def replay(self, code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused,
-               places, scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args):
+               places, scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args, resume):
         """A replay's forward sweep (fused groups by their generated kernels, else block by block) and gradient
-        steps in program order, then its guards: whether they hold (see jitape_kernels.cpu.interpreter.replay_sweep)."""
+        steps in program order, then its guards; from after the host step resume[0] names (-1: the start), up to
+        the next host step: layout.REPLAY_HELD, GUARD_BROKEN, or that step's index (see
+        jitape_kernels.cpu.interpreter.replay_sweep)."""
 
     @abc.abstractmethod
     def group_kernels(self, code, slots, iattr, fused, places, dtype, kept, step_code, step_groups, step_places,

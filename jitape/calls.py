@@ -53,8 +53,8 @@ def recorded_call(function, args, kwargs):
     input_tensors = [t for _, t in inputs]
     recording = [tape for tape in tapes if tape._connected(input_tensors)]
     if recording:
-        if concrete.gradient_steps:
-            raise ValueError(f"{function.__name__!r} takes gradients inside with the compiled sweep (a loaded "
+        if concrete.gradient_steps or concrete.hessian_steps:
+            raise ValueError(f"{function.__name__!r} takes derivatives inside with the compiled sweeps (a loaded "
                              f"function): its calls cannot be differentiated by the tapes recording them")
         out_leaves = nest.flatten(outputs)
         vjps = [_CallVJP(twin, concrete, leaves, (args, kwargs), index) for index in range(len(out_leaves))]

@@ -327,8 +327,8 @@ def _forward_jacobians(program, target_row, n, sources, rows, columns):
     return jacobians
 
 
-def source_hessian(program, source, directions=None):
-    """tape.hessian's compiled path, forward over reverse: [source.size, K], the Hessian times each
+def source_hessian(program, n, directions=None):
+    """tape.hessian's compiled path, forward over reverse: [n (the source's size), K], the Hessian times each
     column of `directions` (the identity when None), or None when the target does not depend on the source.
 
     One reverse sweep gives every cotangent; then per chunk of directions one
@@ -338,7 +338,6 @@ def source_hessian(program, source, directions=None):
     rows = [program.adjoint_rows[s] for s in slots]
     if not rows or _target_row(program) < 0:
         return None
-    n = source.size
     adjoint = _unit_cotangents(program)
     total = n if directions is None else directions.shape[1]
     chunk = _columns_per_sweep(program, total, buffers=2)

@@ -109,9 +109,10 @@ class _Call:
 
     def __init__(self, fn, args, kwargs, nums, purpose=None, sweeps=()):
         concrete, leaves, traced = fn.replay(args, kwargs, purpose, sweeps)
-        if concrete.gradient_steps:
-            raise ValueError(f"{fn.__name__!r} takes gradients inside with the compiled sweep (a loaded function): "
-                             f"its Program cannot be differentiated; differentiate the Python function instead")
+        if concrete.gradient_steps or concrete.hessian_steps:
+            raise ValueError(f"{fn.__name__!r} takes derivatives inside with the compiled sweeps (a loaded "
+                             f"function): its Program cannot be differentiated; differentiate the Python function "
+                             f"instead")
         self.concrete = concrete
         self.outputs = concrete.finish() if traced is None else traced[0]
         self._nums = nums
@@ -406,7 +407,7 @@ def _second_order(f, argnums, what, with_vector):
         found = None
         if target >= 0:
             directions = np.reshape(v._value, (-1, 1)).astype(call.concrete.dtype) if with_vector else None
-            found = source_hessian(call.program(target), source, directions)
+            found = source_hessian(call.program(target), source.size, directions)
         if found is None:
             return Tensor(np.zeros(shape, source.dtype)[()])
         return Tensor(found.astype(source.dtype).reshape(shape)[()])

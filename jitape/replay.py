@@ -23,12 +23,13 @@ import weakref
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.layout import (BLOCK, SC_FLAGS, fused_groups, hoisted, logsumexp_stashes, reverse_groups,
-                                   run_layout, scalar_runs)
+from jitape_kernels.layout import (BLOCK, HOST_STEP, REPLAY_HELD, SC_FLAGS, fused_groups, hoisted, logsumexp_stashes,
+                                   reverse_groups, run_layout, scalar_runs)
 from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest, recycling
 from . import backend as backends     # not `backend`: Function's argument of that name would shadow it
+from .execute import source_hessian
 from .program import Program, arena_fill, fill_arena
 from .recording import _state
 from .tape import GradientTape
@@ -40,6 +41,9 @@ from .tracing import _traces
 # target, in1: the source). Never an opcode: Concrete turns these rows into gradient steps run by the
 # executor between forward segments, so no kernel ever sees one.
 GRADIENT_STEP = -7
+# ... for a Hessian taken with the compiled sweeps (out: the Hessian, in0: the target, in1: the source): a host step,
+# which the replay returns to its caller to run (Concrete.run) before going on
+HESSIAN_STEP = -8
 # run()'s purpose for a call that needs only the outputs, guards and writes (Function.__call__ not recording)
 OUTPUTS = "outputs"
 
@@ -59,6 +63,7 @@ class _Trace(GradientTape):
         self.variable_guards = {}   # id -> (variable, expected value, how): variables no instruction reads
         self.kept_constants = []    # slots of broadcast constants, planned as sources so their broadcasts stay
         self.takes_gradients = False    # whether it recorded a gradient step
+        self.takes_hessians = False     # ... a Hessian step
 
     def keep_constant(self, tensor):
         """See tracing.broadcast_constant."""
@@ -109,6 +114,16 @@ class _Trace(GradientTape):
                 self._tracked.add(g._id)
                 self._add_row(GRADIENT_STEP, self._new_slot(g), target_slot, source_slot, -1, -1)
                 self.takes_gradients = True
+
+    def record_hessian(self, target, source, hessian):
+        """An inner tape's Hessian of `target` w.r.t. `source` ran the compiled sweeps: one HESSIAN_STEP row (a
+        target this trace does not track has a constant Hessian: nothing to record)."""
+        if target._id not in self._tracked:
+            return
+        target_slot, source_slot = self._slot(target), self._slot(source)
+        self._tracked.add(hessian._id)
+        self._add_row(HESSIAN_STEP, self._new_slot(hessian), target_slot, source_slot, -1, -1)
+        self.takes_hessians = True
 
 
 def _leaf_key(leaf):
@@ -204,13 +219,17 @@ class Concrete:
         self.slots = slots[used]
         self.iattr, self.fattr = _compacted_attributes(code, np.frombuffer(trace._iattr, np.int64),
                                                        np.frombuffer(trace._fattr, np.float64))
-        steps = code[:, oc.OP] == GRADIENT_STEP
+        steps = (code[:, oc.OP] == GRADIENT_STEP) | (code[:, oc.OP] == HESSIAN_STEP)
         self.code = np.ascontiguousarray(code[~steps]) if steps.any() else code     # no copy of a large code
         # (position in code, target slot, [(source slot, gradient slot)]): consecutive rows of one target
         self.gradient_steps = []
+        self.hessian_steps = []     # (position in code, target slot, source slot, Hessian slot)
         for r in np.flatnonzero(steps).tolist():
             position = r - int(np.sum(steps[:r]))       # the rows of code before it
             target, pair = int(code[r, oc.IN0]), (int(code[r, oc.IN1]), int(code[r, oc.OUT]))
+            if code[r, oc.OP] == HESSIAN_STEP:
+                self.hessian_steps.append([position, target, *pair])
+                continue
             last = self.gradient_steps[-1] if self.gradient_steps else None
             if last is not None and last[0] == position and last[1] == target:
                 last[2].append(pair)
@@ -237,13 +256,29 @@ class Concrete:
         """Plan what every run needs once: the derivative rows of each gradient step (a reverse sweep over the
         rows before it) with their seeds and the moves of their gradients into the arena, the guard tables, and
         the arena spans of inputs, writes and outputs. fuse: replays run the run layout (jitape_kernels.layout),
-        after which only outputs, guards and writes hold their values (nothing may differentiate them)."""
-        step_rows, step_code, step_flags, moves = [], [], [], []
+        after which only outputs, guards and writes hold their values (nothing may differentiate them). A Hessian
+        step is a host step (see run): its derivative rows are planned here, and the values they read kept."""
+        step_rows, step_code, step_flags, moves, host_plans = [], [], [], [], []
         n_code = n_adjoint = 0
-        for position, target, pairs in self.gradient_steps:
+        live = [e[1] for e in self.outputs if e[0] == "slot"] + [w[1] for w in self.writes
+                                                                 if not isinstance(w[1], np.ndarray)]
+        live += [g[0] for g in self.slot_guards]
+        # the steps in program order (steps at one position read nothing another writes)
+        ordered = sorted([(step[0], False, step) for step in self.gradient_steps]
+                         + [(step[0], True, step) for step in self.hessian_steps], key=operator.itemgetter(0))
+        for position, is_hessian, step in ordered:
+            target = step[1]
+            sources = [step[2]] if is_hessian else [s for s, _ in step[2]]
             code, adjoint_rows, adjoint_size, flags = derivative_plan(self.code[:position], self.slots,
                                                                       np.array([target], np.int64),
-                                                                      np.array([s for s, _ in pairs], np.int64))
+                                                                      np.array(sources, np.int64))
+            if is_hessian:
+                host_plans.append((code, adjoint_rows, int(adjoint_size), *step[1:]))
+                step_rows.append([position, n_code, n_code, HOST_STEP, 0, len(moves), len(moves), target])
+                read = code[:, oc.OUT:oc.IN2 + 1]
+                live += read[read >= 0].tolist() + step[1:]
+                continue
+            pairs = step[2]
             step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
                               self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])
             moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], out, s] for s, out in pairs]     # out: below
@@ -254,9 +289,6 @@ class Concrete:
         self._steps = np.array(step_rows, np.int64).reshape(-1, 8)
         self._step_code = np.concatenate(step_code) if step_code else np.zeros((0, oc.W), np.int64)
         self._step_flags = np.concatenate(step_flags) if step_flags else np.zeros(0, np.int64)
-        live = [e[1] for e in self.outputs if e[0] == "slot"] + [w[1] for w in self.writes
-                                                                 if not isinstance(w[1], np.ndarray)]
-        live += [g[0] for g in self.slot_guards]
         self._live, self._fuses = np.array(live, np.int64), fuse
         self.purpose_layouts = {}       # per bound purpose, the fused groups and places its replays run
         read_in = {id(variable): slot for variable, slot in self.variable_inputs}
@@ -272,6 +304,8 @@ class Concrete:
             self._places = np.full((self.code.shape[0], 4), -1, np.int64)
         for move in moves:          # the gradient slot -> its arena offset
             move[2] = self._offsets[move[2]]
+        self._host_steps = self._host_programs(np.flatnonzero(self._steps[:, 3] == HOST_STEP).tolist(), host_plans)
+        self._resume = np.full(1, -1, np.int64)     # replay_sweep's `resume`
         self._moves = np.array(moves, np.int64).reshape(-1, 4)
         self._step_groups, self._step_places, n_reverse = reverse_groups(self._step_code, self._steps, self.slots,
                                                                          self.iattr, self._moves)
@@ -344,6 +378,42 @@ class Concrete:
     def __len__(self):
         return self.code.shape[0]
 
+    def _host_programs(self, indices, plans):
+        """Per host step (by its index among the steps): its Hessian's Program, reading the values where the run
+        layout places them, the Hessian's arena offset and the source's size (see _host_step)."""
+        if not plans:
+            return {}
+        slots = self.slots.copy()
+        slots[:, oc.OFFSET] = self._offsets
+        found = {}
+        for index, (code, adjoint_rows, adjoint_size, target, source, hessian) in zip(indices, plans):
+            oc.fill_offset_columns(code, self._offsets)
+            program = Program(code, slots, self.iattr, self.fattr, self.arena, adjoint_rows, adjoint_size,
+                              np.array([target], np.int64), np.array([source], np.int64), (np.zeros(0, np.int64),))
+            found[index] = (program, int(self._offsets[hessian]), int(self.slots[source, oc.SIZE]))
+        return found
+
+    def _host_step(self, index):
+        """Run host step `index` where a replay stopped before it: the Hessian's forward-over-reverse sweeps over
+        the values the replay computed (execute.source_hessian, as tape.hessian runs them), into its arena rows;
+        the next call of the replay resumes after it."""
+        program, offset, n = self._host_steps[index]
+        hessian = source_hessian(program, n)
+        rows = self.arena[offset:offset + n * n]
+        if hessian is None:         # a loaded step whose target does not depend on its source
+            rows[:] = 0
+        else:
+            rows[:] = hessian.reshape(-1)
+        self._resume[0] = index
+
+    def _completed(self, replay):
+        """Call a bound replay to its end, running the host steps it stops at: whether every guard held."""
+        status = replay()
+        while status >= 0:
+            self._host_step(status)
+            status = replay()
+        return status == REPLAY_HELD
+
     def _converted(self, dtype):
         """`dtype` where values of the arena's dtype must be converted to it, else None."""
         dtype = np.dtype(dtype)
@@ -407,10 +477,10 @@ class Concrete:
                     self._bind(purpose, np.empty_like(adjoint), rows)
                     replay = self._replayers[name, purpose]
                 self.ran = purpose
-                return replay()
+                return self._completed(replay)
         lean = purpose == OUTPUTS and not self._fuses
         replay = self._replayers.get((name, OUTPUTS) if lean else name)
-        return (replay if replay is not None else self.replayer(backend_name, lean))()
+        return self._completed(replay if replay is not None else self.replayer(backend_name, lean))
 
     def replayer(self, backend_name=None, lean=False):
         """The replay of this variant's arrays on a backend (default jt.config.backend's), bound once. lean: for
@@ -430,7 +500,7 @@ class Concrete:
             self._run_code, self.slots, self.iattr, self.fattr, self.arena, self._steps, self._step_code, self._moves,
             self._adjoint, self._guards, self._expected, fused, places, scratch,
             device.replay_temps(self._run_code, self._step_code, self.iattr, 1, self.dtype), self._step_groups,
-            self._step_places, self._scalars, self._step_scalars, kernels.table, kernels.args)
+            self._step_places, self._scalars, self._step_scalars, kernels.table, kernels.args, self._resume)
         return replay
 
     def _group_kernels(self, device, run_code, step_code, fused, places, step_groups, step_places, step_scalars):
@@ -499,7 +569,7 @@ class Concrete:
                                             scratch, device.replay_temps(run_code, step_code, self.iattr,
                                                                          columns, self.dtype), step_groups,
                                             step_places, self._scalars, step_scalars, kernels.table,
-                                            kernels.args])
+                                            kernels.args, self._resume])
         # a new buffer no local name holds: _bind counts its references
         self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                                   for row, s, dtype in zip(rows, sources, dtypes)])

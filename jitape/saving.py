@@ -112,7 +112,8 @@ class _Writer:
             variable_guards=[[self.variable(v), self.array(expected), how]
                              for v, expected, how in concrete.variable_guards],
             gradient_steps=[[position, target, [list(pair) for pair in pairs]]
-                            for position, target, pairs in concrete.gradient_steps])
+                            for position, target, pairs in concrete.gradient_steps],
+            hessian_steps=[list(step) for step in concrete.hessian_steps])
         return meta
 
     def output(self, entry):
@@ -167,15 +168,15 @@ def load(path):
         raise ProgramFileError(f"{path}: its description is not valid JSON") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ProgramFileError(f"{path}: not a jitape program file")
-    if meta.get("version") != oc.FORMAT_VERSION:
+    if meta.get("version") not in oc.READABLE_VERSIONS:
         raise ProgramFileError(f"{path}: written in format version {meta.get('version')!r}; this jitape reads "
-                               f"version {oc.FORMAT_VERSION}")
+                               f"versions {', '.join(map(str, oc.READABLE_VERSIONS))}")
     checksum = _field(arrays, "checksum", "U", 0)
     if str(checksum) != _checksum(arrays):
         raise ProgramFileError(f"{path}: checksum mismatch: the file is corrupt or was edited")
     opcodes = _opcode_map(_field(arrays, "opcodes", "U", 1), path)
     try:
-        return _Reader(arrays, opcodes, path).build(meta)
+        return _Reader(arrays, opcodes, path, meta["version"]).build(meta)
     except ProgramFileError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
@@ -212,8 +213,8 @@ def _opcode_map(names, path):
 
 
 class _Reader:
-    def __init__(self, arrays, opcodes, path):
-        self.arrays, self.opcodes, self.path = arrays, opcodes, path
+    def __init__(self, arrays, opcodes, path, version):
+        self.arrays, self.opcodes, self.path, self.version = arrays, opcodes, path, version
 
     def error(self, what):
         return ProgramFileError(f"{self.path}: {what}")
@@ -293,6 +294,10 @@ class _Reader:
         concrete.gradient_steps = [self.gradient_step(step, code.shape[0], slots) for step in meta["gradient_steps"]]
         if [s[0] for s in concrete.gradient_steps] != sorted(s[0] for s in concrete.gradient_steps):
             raise self.error("gradient steps out of order")
+        hessian_steps = meta["hessian_steps"] if self.version >= 3 else []
+        concrete.hessian_steps = [self.hessian_step(step, code.shape[0], slots) for step in hessian_steps]
+        if [s[0] for s in concrete.hessian_steps] != sorted(s[0] for s in concrete.hessian_steps):
+            raise self.error("Hessian steps out of order")
         concrete.prepare()
         return str(meta["key"]), concrete
 
@@ -303,6 +308,15 @@ class _Reader:
         n = slots.shape[0]
         pairs = [(self.slot(s, n), self.sized(self.slot(out, n), slots, int(slots[s, oc.SIZE]))) for s, out in pairs]
         return [position, self.slot(target, n), pairs]
+
+    def hessian_step(self, step, n_code, slots):
+        position, target, source, hessian = step
+        if not isinstance(position, int) or not 0 <= position <= n_code:
+            raise self.error(f"Hessian step position {position!r} out of range")
+        n = slots.shape[0]
+        source = self.slot(source, n)
+        return [position, self.slot(target, n), source,
+                self.sized(self.slot(hessian, n), slots, int(slots[source, oc.SIZE]) ** 2)]
 
     def index(self, value):
         if not isinstance(value, int) or value < 0:

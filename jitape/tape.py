@@ -55,24 +55,19 @@ class GradientTape(Recording):
             else:
                 warnings.warn(f"GradientTape.gradient: the dtype of the source tensor must be floating "
                               f"(float32 or float64), got {s.dtype}; its gradient is None", stacklevel=2)
-        # inside jt.function traces the compiled sweep may still run: a trace records it as one gradient step
-        # of its Program (see replay.Concrete), unless a trace is to be differentiated itself
-        recording = _state.recording
-        traces = [t for t in recording if t._is_trace]
-        if not recording:                   # outside every tape (the common case): nothing tracks the derivative
+        traces = None
+        if not _state.recording:            # outside every tape (the common case): nothing tracks the derivative
             must_record = False
-        elif traces and (len(targets) != 1 or output_gradients is not None or self._is_trace
-                       or not all(t.compiled_gradients for t in traces)
-                       or any(s._id in self._aliases for s in float_sources)):    # a variable read, assigned, read
-            must_record = self._must_record(seeds or ())
         else:
-            must_record = self._must_record(seeds or (), [t for t in recording if not t._is_trace])
+            if len(targets) == 1 and output_gradients is None:
+                traces = self._compiled_in_traces(float_sources)
+            must_record = self._must_record(seeds or (), self._tapes_to_record_for(traces))
         if must_record:
             found = recorded.gradient(self, targets, seeds or _seed_list(targets, None), float_sources)
         else:
             program = lowered(self, targets, float_sources, READS_FIRST_ORDER, sweeps=("reverse",))
             found = source_gradients(program, seeds, float_sources)
-            for trace in traces:
+            for trace in traces or ():
                 trace.record_gradient(targets[0], float_sources, found)
         if len(found) == len(flat_sources):        # every source float: found lines up with them
             results = found
@@ -226,12 +221,18 @@ class GradientTape(Recording):
                [ 0., 12.]], dtype=float32)
         """
         self._check_hessian(target, source)
-        if self._must_record():
+        # inside jt.function traces the compiled sweeps may still run: a trace records them as one Hessian step
+        # of its Program (see replay.Concrete), where a gradient would run the compiled sweep (see gradient)
+        traces = self._compiled_in_traces([source])
+        if self._must_record((), self._tapes_to_record_for(traces)):
             copy, grad = recorded.recording_of_gradient(self, target, source)
             result = None if grad is None else copy.jacobian(grad, source, UnconnectedGradients.ZERO)
         else:
-            h = source_hessian(lowered(self, [target], [source], sweeps=HESSIAN_SWEEPS), source)
+            h = source_hessian(lowered(self, [target], [source], sweeps=HESSIAN_SWEEPS), source.size)
             result = None if h is None else Tensor(h.astype(source.dtype).reshape(source.shape + source.shape))
+            for trace in traces or ():
+                if result is not None:
+                    trace.record_hessian(target, source, result)
         self._release_if_used_up()
         return result
 
@@ -245,11 +246,28 @@ class GradientTape(Recording):
             result = None if grad is None else copy.gradient(grad, source, output_gradients=v,
                                                              unconnected_gradients=UnconnectedGradients.ZERO)
         else:
-            hv = source_hessian(lowered(self, [target], [source], sweeps=HESSIAN_SWEEPS), source,
+            hv = source_hessian(lowered(self, [target], [source], sweeps=HESSIAN_SWEEPS), source.size,
                                 np.asarray(v._value).reshape(-1, 1))
             result = None if hv is None else Tensor(hv.astype(source.dtype).reshape(source.shape)[()])
         self._release_if_used_up()
         return result
+
+    def _compiled_in_traces(self, sources):
+        """The jt.function traces recording now (a list, maybe empty), when a derivative of this tape w.r.t.
+        `sources` may run the compiled sweeps inside them, each trace recording it as one step of its Program (see
+        replay.Concrete); None when it may not: a trace is to be differentiated itself (it needs the recorded
+        VJPs), this tape is a trace, or a source is a variable read, assigned and read again."""
+        traces = [t for t in _state.recording if t._is_trace]
+        if traces and (self._is_trace or not all(t.compiled_gradients for t in traces)
+                       or any(s._id in self._aliases for s in sources)):
+            return None
+        return traces
+
+    @staticmethod
+    def _tapes_to_record_for(traces):
+        """The recording tapes whose tracking makes a derivative recorded (see _must_record): all of them where
+        the traces may not take the compiled sweeps (`traces` None), else those that are not traces."""
+        return None if traces is None else [t for t in _state.recording if not t._is_trace]
 
     def _release_if_used_up(self):
         if not self._persistent:

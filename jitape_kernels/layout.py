@@ -31,6 +31,12 @@ from . import opcodes as oc
 BLOCK = 1024            # entries per block of a fused group: a row's operands stay in L1 (8,192: 1.5x slower)
 FUSE_MIN_SIZE = 16384       # smaller groups gain nothing from blocks
 
+# A replay's steps (interpreter.replay_sweep's `steps`): a row whose target adjoint row (column 3) is HOST_STEP is a
+# host step, run by the replay's caller (a Hessian inside a jt.function: jitape.replay), where the replay returns
+# the step's index; otherwise it returns REPLAY_HELD when every guard held, GUARD_BROKEN when one did not
+HOST_STEP = -2
+REPLAY_HELD, GUARD_BROKEN = -1, -2
+
 # The compact rows of scalar runs (scalar_runs): the code columns a scalar elementwise row reads, then at a run's
 # first row (in sweep order) its stop row (forward) or its number of rows (reverse), and in a gradient step every
 # row's planned flags (planning.reverse_flags, given by derivative_plan), which fused reverse groups run from too

@@ -22,8 +22,8 @@ from numba import types
 from numba.extending import overload
 
 from .. import njit, opcodes as oc
-from ..layout import (BLOCK, SC_ATTR, SC_FLAGS, SC_IN0, SC_IN0_ADJ, SC_IN0_OFF, SC_IN1, SC_IN1_ADJ, SC_IN1_OFF, SC_OP,
-                      SC_OUT_ADJ, SC_OUT_OFF, SC_RUN)
+from ..layout import (BLOCK, GUARD_BROKEN, HOST_STEP, REPLAY_HELD, SC_ATTR, SC_FLAGS, SC_IN0, SC_IN0_ADJ, SC_IN0_OFF,
+                      SC_IN1, SC_IN1_ADJ, SC_IN1_OFF, SC_OP, SC_OUT_ADJ, SC_OUT_OFF, SC_RUN)
 from .elementwise import (_put, binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
                           unary_derivative, unary_forward, unary_reverse, unary_reverse_1d, unary_value, where_forward,
                           where_linear)
@@ -1015,12 +1015,16 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
 
 @njit(cache=True, error_model="numpy")
 def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
-                 scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args, row_kernels):
+                 scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args, resume,
+                 row_kernels):
     """A whole replay in one call: forward segments of `code`, each but the last ending at a gradient step,
-    then the guard checks; True when every guard holds.
+    then the guard checks. Returns REPLAY_HELD (-1) when every guard holds, GUARD_BROKEN (-2) when one does not,
+    or s >= 0 where it stopped before host step s (a Hessian inside a jt.function: see jitape.replay), which its
+    caller runs before calling again.
 
     steps    [n, 8]  position (the rows of code before the step), step_code start, stop, the target's adjoint
-                     row (-1: unreached), target size, moves start, stop, target slot
+                     row (-1: unreached; HOST_STEP: a host step, the replay returns), target size, moves start,
+                     stop, target slot
     step_code        the steps' derivative rows, each step's planned over its own adjoint rows
     moves    [m, 4]  adjoint row (-1: the source is unreached, its gradient is zero), size, arena offset (-1: the
                      gradient stays in the adjoint rows, for the caller), source slot (its gradient is zero too
@@ -1036,20 +1040,26 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
                      reverse's with K = 1 only)
     kernels, kernel_args    the generated kernels of the fused groups, a row per row of code then of step_code
                      (cpu.fusion.GroupKernels; addresses 0: none)
+    resume   [1]     the host step after which this call resumes, the rows before it already run (-1: from
+                     the start); set back to -1 on entry
     row_kernels      the reverse row kernels of step_code's families, as reverse_sweep takes them
     """
     written = np.zeros(slots.shape[0], np.bool_)
     work = new_work()
-    start = 0
-    for s in range(steps.shape[0] + 1):
+    first = resume[0] + 1
+    resume[0] = -1
+    start = steps[first - 1, 0] if first > 0 else 0
+    for s in range(first, steps.shape[0] + 1):
         # one call site of the inlined forward rows (two doubled replay_sweep's compile of them)
         stop = steps[s, 0] if s < steps.shape[0] else code.shape[0]
         _forward_rows(code, start, stop, slots, iattr, fattr, arena, fused, places, scratch, work, temps,
                       scalars, kernels, kernel_args, row_kernels)
         if s == steps.shape[0]:
             break
-        written[:] = False
         seed = steps[s, 3]
+        if seed == HOST_STEP:
+            return s
+        written[:] = False
         if seed >= 0:
             if adjoint.shape[1] == 1:       # a gradient (of the target's entries summed)
                 adjoint[seed:seed + steps[s, 4]] = 1
@@ -1078,8 +1088,8 @@ def replay_sweep(code, slots, iattr, fattr, arena, steps, step_code, moves, adjo
         for i in range(size):
             value, traced = arena[offset + i], expected[e + i]
             if value != traced and not (value != value and traced != traced):
-                return False
-    return True
+                return GUARD_BROKEN
+    return REPLAY_HELD
 
 
 @njit(cache=True, error_model="numpy")

@@ -203,7 +203,7 @@ def replay_kernels(*arrays):
 
 
 def replay_needs(code, slots, iattr, fattr, arena, steps, step_code, moves, adjoint, guards, expected, fused, places,
-                 scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args,
+                 scratch, temps, step_groups, step_places, scalars, step_scalars, kernels, kernel_args, resume,
                  every_kernel=False):
     """kernel_table's needs for replay_sweep's other arguments: the scalar loops it calls (a scalar run's where
     there is one; the loops of small rows where a row is outside every run), the forward row kernels of the rows

@@ -49,7 +49,7 @@ def replay_arrays(dtype):
             np.zeros((0, 1), d), np.zeros((0, 3), np.int64), np.zeros(0, d), np.zeros(0, np.int64),
             np.zeros((0, 4), np.int64), np.zeros(0, d), np.zeros(0, d), np.zeros(0, np.int64),
             np.zeros((0, 4), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64), np.zeros((0, SC_FLAGS + 1), np.int64),
-            np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64))
+            np.zeros((0, KERNEL_COLUMNS), np.int64), np.zeros(0, np.int64), np.full(1, -1, np.int64))
 
 
 def plan_arguments():
