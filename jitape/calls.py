@@ -53,7 +53,7 @@ def recorded_call(function, args, kwargs):
     input_tensors = [t for _, t in inputs]
     recording = [tape for tape in tapes if tape._connected(input_tensors)]
     if recording:
-        if concrete.gradient_steps or concrete.hessian_steps:
+        if concrete.gradient_steps or concrete.host_steps:
             raise ValueError(f"{function.__name__!r} takes derivatives inside with the compiled sweeps (a loaded "
                              f"function): its calls cannot be differentiated by the tapes recording them")
         out_leaves = nest.flatten(outputs)

@@ -109,7 +109,7 @@ class _Call:
 
     def __init__(self, fn, args, kwargs, nums, purpose=None, sweeps=()):
         concrete, leaves, traced = fn.replay(args, kwargs, purpose, sweeps)
-        if concrete.gradient_steps or concrete.hessian_steps:
+        if concrete.gradient_steps or concrete.host_steps:
             raise ValueError(f"{fn.__name__!r} takes derivatives inside with the compiled sweeps (a loaded "
                              f"function): its Program cannot be differentiated; differentiate the Python function "
                              f"instead")

@@ -29,7 +29,7 @@ from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest, recycling
 from . import backend as backends     # not `backend`: Function's argument of that name would shadow it
-from .execute import source_hessian
+from .execute import source_hessian, source_jacobians
 from .program import Program, arena_fill, fill_arena
 from .recording import _state
 from .tape import GradientTape
@@ -41,9 +41,11 @@ from .tracing import _traces
 # target, in1: the source). Never an opcode: Concrete turns these rows into gradient steps run by the
 # executor between forward segments, so no kernel ever sees one.
 GRADIENT_STEP = -7
-# ... for a Hessian taken with the compiled sweeps (out: the Hessian, in0: the target, in1: the source): a host step,
-# which the replay returns to its caller to run (Concrete.run) before going on
-HESSIAN_STEP = -8
+# ... for a Hessian or a Jacobian taken with the compiled sweeps (out: the derivative, in0: the target, in1: the
+# source): host steps, which the replay returns to its caller to run (Concrete.run) before going on; the host steps'
+# kinds as a saved function names them
+HESSIAN_STEP, JACOBIAN_STEP = -8, -9
+HOST_STEP_KINDS = {HESSIAN_STEP: "hessian", JACOBIAN_STEP: "jacobian"}
 # run()'s purpose for a call that needs only the outputs, guards and writes (Function.__call__ not recording)
 OUTPUTS = "outputs"
 
@@ -63,7 +65,6 @@ class _Trace(GradientTape):
         self.variable_guards = {}   # id -> (variable, expected value, how): variables no instruction reads
         self.kept_constants = []    # slots of broadcast constants, planned as sources so their broadcasts stay
         self.takes_gradients = False    # whether it recorded a gradient step
-        self.takes_hessians = False     # ... a Hessian step
 
     def keep_constant(self, tensor):
         """See tracing.broadcast_constant."""
@@ -116,14 +117,25 @@ class _Trace(GradientTape):
                 self.takes_gradients = True
 
     def record_hessian(self, target, source, hessian):
-        """An inner tape's Hessian of `target` w.r.t. `source` ran the compiled sweeps: one HESSIAN_STEP row (a
-        target this trace does not track has a constant Hessian: nothing to record)."""
+        """An inner tape's Hessian of `target` w.r.t. `source` ran the compiled sweeps: one HESSIAN_STEP row."""
+        self._record_host_step(HESSIAN_STEP, target, [source], [hessian])
+
+    def record_jacobian(self, target, sources, jacobians):
+        """An inner tape's Jacobian of `target` w.r.t. `sources` ran the compiled sweep: one JACOBIAN_STEP row
+        per connected source."""
+        self._record_host_step(JACOBIAN_STEP, target, sources, jacobians)
+
+    def _record_host_step(self, kind, target, sources, derivatives):
+        """One row of `kind` per connected source (None: not connected); a target this trace does not track has
+        constant derivatives: nothing to record."""
         if target._id not in self._tracked:
             return
-        target_slot, source_slot = self._slot(target), self._slot(source)
-        self._tracked.add(hessian._id)
-        self._add_row(HESSIAN_STEP, self._new_slot(hessian), target_slot, source_slot, -1, -1)
-        self.takes_hessians = True
+        target_slot = self._slot(target)
+        for source, derivative in zip(sources, derivatives):
+            if derivative is not None:
+                source_slot = self._slot(source)
+                self._tracked.add(derivative._id)
+                self._add_row(kind, self._new_slot(derivative), target_slot, source_slot, -1, -1)
 
 
 def _leaf_key(leaf):
@@ -219,22 +231,30 @@ class Concrete:
         self.slots = slots[used]
         self.iattr, self.fattr = _compacted_attributes(code, np.frombuffer(trace._iattr, np.int64),
                                                        np.frombuffer(trace._fattr, np.float64))
-        steps = (code[:, oc.OP] == GRADIENT_STEP) | (code[:, oc.OP] == HESSIAN_STEP)
+        steps = np.isin(code[:, oc.OP], (GRADIENT_STEP, *HOST_STEP_KINDS))
         self.code = np.ascontiguousarray(code[~steps]) if steps.any() else code     # no copy of a large code
         # (position in code, target slot, [(source slot, gradient slot)]): consecutive rows of one target
         self.gradient_steps = []
-        self.hessian_steps = []     # (position in code, target slot, source slot, Hessian slot)
+        # (position in code, kind (HOST_STEP_KINDS' name), target slot, [(source slot, derivative slot)]): a Hessian
+        # step has one source; consecutive Jacobian rows of one target are one step
+        self.host_steps = []
         for r in np.flatnonzero(steps).tolist():
             position = r - int(np.sum(steps[:r]))       # the rows of code before it
             target, pair = int(code[r, oc.IN0]), (int(code[r, oc.IN1]), int(code[r, oc.OUT]))
-            if code[r, oc.OP] == HESSIAN_STEP:
-                self.hessian_steps.append([position, target, *pair])
+            op = int(code[r, oc.OP])
+            if op == GRADIENT_STEP:
+                last = self.gradient_steps[-1] if self.gradient_steps else None
+                if last is not None and last[0] == position and last[1] == target:
+                    last[2].append(pair)
+                else:
+                    self.gradient_steps.append([position, target, [pair]])
                 continue
-            last = self.gradient_steps[-1] if self.gradient_steps else None
-            if last is not None and last[0] == position and last[1] == target:
-                last[2].append(pair)
+            kind = HOST_STEP_KINDS[op]
+            last = self.host_steps[-1] if self.host_steps else None
+            if kind == "jacobian" and last is not None and last[:3] == [position, kind, target]:
+                last[3].append(pair)
             else:
-                self.gradient_steps.append([position, target, [pair]])
+                self.host_steps.append([position, kind, target, [pair]])
         self.arg_slots = [(i, int(renumber[s])) for i, s in arg_slots]
         self.variable_inputs = [(v, int(renumber[s])) for v, s in var_inputs]
         for entry in outputs:
@@ -264,21 +284,18 @@ class Concrete:
                                                                  if not isinstance(w[1], np.ndarray)]
         live += [g[0] for g in self.slot_guards]
         # the steps in program order (steps at one position read nothing another writes)
-        ordered = sorted([(step[0], False, step) for step in self.gradient_steps]
-                         + [(step[0], True, step) for step in self.hessian_steps], key=operator.itemgetter(0))
-        for position, is_hessian, step in ordered:
-            target = step[1]
-            sources = [step[2]] if is_hessian else [s for s, _ in step[2]]
+        ordered = sorted([(step[0], None, step[1], step[2]) for step in self.gradient_steps]
+                         + [tuple(step) for step in self.host_steps], key=operator.itemgetter(0))
+        for position, kind, target, pairs in ordered:
             code, adjoint_rows, adjoint_size, flags = derivative_plan(self.code[:position], self.slots,
                                                                       np.array([target], np.int64),
-                                                                      np.array(sources, np.int64))
-            if is_hessian:
-                host_plans.append((code, adjoint_rows, int(adjoint_size), *step[1:]))
+                                                                      np.array([s for s, _ in pairs], np.int64))
+            if kind is not None:
+                host_plans.append((kind, code, adjoint_rows, int(adjoint_size), target, pairs))
                 step_rows.append([position, n_code, n_code, HOST_STEP, 0, len(moves), len(moves), target])
                 read = code[:, oc.OUT:oc.IN2 + 1]
-                live += read[read >= 0].tolist() + step[1:]
+                live += read[read >= 0].tolist() + [target] + [slot for pair in pairs for slot in pair]
                 continue
-            pairs = step[2]
             step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
                               self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])
             moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], out, s] for s, out in pairs]     # out: below
@@ -379,31 +396,39 @@ class Concrete:
         return self.code.shape[0]
 
     def _host_programs(self, indices, plans):
-        """Per host step (by its index among the steps): its Hessian's Program, reading the values where the run
-        layout places them, the Hessian's arena offset and the source's size (see _host_step)."""
+        """Per host step (by its index among the steps): (its kind, its derivative's Program reading the values
+        where the run layout places them, the target's size, per source (its size, the derivative's arena
+        offset)) (see _host_step)."""
         if not plans:
             return {}
         slots = self.slots.copy()
         slots[:, oc.OFFSET] = self._offsets
         found = {}
-        for index, (code, adjoint_rows, adjoint_size, target, source, hessian) in zip(indices, plans):
+        for index, (kind, code, adjoint_rows, adjoint_size, target, pairs) in zip(indices, plans):
             oc.fill_offset_columns(code, self._offsets)
             program = Program(code, slots, self.iattr, self.fattr, self.arena, adjoint_rows, adjoint_size,
-                              np.array([target], np.int64), np.array([source], np.int64), (np.zeros(0, np.int64),))
-            found[index] = (program, int(self._offsets[hessian]), int(self.slots[source, oc.SIZE]))
+                              np.array([target], np.int64), np.array([s for s, _ in pairs], np.int64),
+                              tuple(np.zeros(0, np.int64) for _ in pairs))
+            found[index] = (kind, program, int(self.slots[target, oc.SIZE]),
+                            [(int(self.slots[s, oc.SIZE]), int(self._offsets[out])) for s, out in pairs])
         return found
 
     def _host_step(self, index):
-        """Run host step `index` where a replay stopped before it: the Hessian's forward-over-reverse sweeps over
-        the values the replay computed (execute.source_hessian, as tape.hessian runs them), into its arena rows;
-        the next call of the replay resumes after it."""
-        program, offset, n = self._host_steps[index]
-        hessian = source_hessian(program, n)
-        rows = self.arena[offset:offset + n * n]
-        if hessian is None:         # a loaded step whose target does not depend on its source
-            rows[:] = 0
+        """Run host step `index` where a replay stopped before it, over the values the replay computed: a
+        Hessian's forward-over-reverse sweeps (execute.source_hessian) or a Jacobian's sweep
+        (execute.source_jacobians), as a tape runs them, into the derivatives' arena rows; the next call of the
+        replay resumes after it."""
+        kind, program, n, sources = self._host_steps[index]
+        if kind == "hessian":
+            found = [source_hessian(program, sources[0][0])]
         else:
-            rows[:] = hessian.reshape(-1)
+            found = source_jacobians(program, n, [_Source(size, self.dtype) for size, _ in sources])
+        for derivative, (size, offset) in zip(found, sources):
+            rows = self.arena[offset:offset + derivative_size(kind, n, size)]
+            if derivative is None:      # a loaded step whose target does not depend on its source
+                rows[:] = 0
+            else:
+                rows[:] = derivative.reshape(-1)
         self._resume[0] = index
 
     def _completed(self, replay):
@@ -667,6 +692,20 @@ class Concrete:
                               tuple(np.zeros(0, np.int64) for _ in sources))
             planned = self._plans[key] = (program, flags)
         return planned
+
+
+class _Source:
+    """What execute.source_jacobians reads of a source tensor: its size, and the dtype of its Jacobian."""
+    __slots__ = ("size", "dtype")
+
+    def __init__(self, size, dtype):
+        self.size, self.dtype = size, dtype
+
+
+def derivative_size(kind, n, size):
+    """The entries of a host step's derivative (HOST_STEP_KINDS' `kind`) of an n-entry target w.r.t. a source of
+    `size` entries."""
+    return size * size if kind == "hessian" else n * size
 
 
 def _unreached(adjoint):

@@ -22,7 +22,7 @@ from jitape_kernels.planning import derivative_plan
 
 from . import nest
 from .program import Program
-from .replay import Concrete, Function
+from .replay import HOST_STEP_KINDS, Concrete, Function, derivative_size
 from .tensor import Tensor, Variable
 
 FORMAT = "jitape-program"
@@ -113,7 +113,8 @@ class _Writer:
                              for v, expected, how in concrete.variable_guards],
             gradient_steps=[[position, target, [list(pair) for pair in pairs]]
                             for position, target, pairs in concrete.gradient_steps],
-            hessian_steps=[list(step) for step in concrete.hessian_steps])
+            host_steps=[[position, kind, target, [list(pair) for pair in pairs]]
+                        for position, kind, target, pairs in concrete.host_steps])
         return meta
 
     def output(self, entry):
@@ -294,10 +295,10 @@ class _Reader:
         concrete.gradient_steps = [self.gradient_step(step, code.shape[0], slots) for step in meta["gradient_steps"]]
         if [s[0] for s in concrete.gradient_steps] != sorted(s[0] for s in concrete.gradient_steps):
             raise self.error("gradient steps out of order")
-        hessian_steps = meta["hessian_steps"] if self.version >= 3 else []
-        concrete.hessian_steps = [self.hessian_step(step, code.shape[0], slots) for step in hessian_steps]
-        if [s[0] for s in concrete.hessian_steps] != sorted(s[0] for s in concrete.hessian_steps):
-            raise self.error("Hessian steps out of order")
+        host_steps = meta["host_steps"] if self.version >= 3 else []
+        concrete.host_steps = [self.host_step(step, code.shape[0], slots) for step in host_steps]
+        if [s[0] for s in concrete.host_steps] != sorted(s[0] for s in concrete.host_steps):
+            raise self.error("host steps out of order")
         concrete.prepare()
         return str(meta["key"]), concrete
 
@@ -309,14 +310,20 @@ class _Reader:
         pairs = [(self.slot(s, n), self.sized(self.slot(out, n), slots, int(slots[s, oc.SIZE]))) for s, out in pairs]
         return [position, self.slot(target, n), pairs]
 
-    def hessian_step(self, step, n_code, slots):
-        position, target, source, hessian = step
+    def host_step(self, step, n_code, slots):
+        position, kind, target, pairs = step
         if not isinstance(position, int) or not 0 <= position <= n_code:
-            raise self.error(f"Hessian step position {position!r} out of range")
+            raise self.error(f"host step position {position!r} out of range")
+        if kind not in HOST_STEP_KINDS.values() or not pairs or kind == "hessian" and len(pairs) != 1:
+            raise self.error(f"a host step of kind {kind!r} with {len(pairs)} sources")
         n = slots.shape[0]
-        source = self.slot(source, n)
-        return [position, self.slot(target, n), source,
-                self.sized(self.slot(hessian, n), slots, int(slots[source, oc.SIZE]) ** 2)]
+        target = self.slot(target, n)
+        checked = []
+        for source, out in pairs:
+            source = self.slot(source, n)
+            size = derivative_size(kind, int(slots[target, oc.SIZE]), int(slots[source, oc.SIZE]))
+            checked.append((source, self.sized(self.slot(out, n), slots, size)))
+        return [position, kind, target, checked]
 
     def index(self, value):
         if not isinstance(value, int) or value < 0:

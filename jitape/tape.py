@@ -103,13 +103,16 @@ class GradientTape(Recording):
         if target.dtype.kind != "f":
             raise TypeError(f"GradientTape.jacobian: target must be float32 or float64, got {target.dtype}")
         flat_sources = _source_list(sources, "jacobian")
-        if self._must_record():
+        traces = self._compiled_in_traces(flat_sources)     # see hessian
+        if self._must_record((), self._tapes_to_record_for(traces)):
             found = recorded.jacobian(self, target, flat_sources)
         else:
             program = lowered(self, [target], flat_sources, READS_FIRST_ORDER,
                               sweeps=jacobian_sweeps(target.size, flat_sources))
             found = [None if j is None else Tensor(j.reshape(target.shape + s.shape)[()])
                      for s, j in zip(flat_sources, source_jacobians(program, target.size, flat_sources))]
+            for trace in traces or ():
+                trace.record_jacobian(target, flat_sources, found)
         results = []
         for s, j in zip(flat_sources, found):
             if j is None and unconnected is UnconnectedGradients.ZERO:
@@ -231,8 +234,7 @@ class GradientTape(Recording):
             h = source_hessian(lowered(self, [target], [source], sweeps=HESSIAN_SWEEPS), source.size)
             result = None if h is None else Tensor(h.astype(source.dtype).reshape(source.shape + source.shape))
             for trace in traces or ():
-                if result is not None:
-                    trace.record_hessian(target, source, result)
+                trace.record_hessian(target, source, result)
         self._release_if_used_up()
         return result
 

@@ -72,8 +72,8 @@ OFFSET, SIZE, RANK, DIMS = 0, 1, 2, 3
     MATMUL, SOLVE, INV,
 ) = range(65)
 
-FORMAT_VERSION = 3      # 2: MATMUL's inner; 3: a function's Hessian steps
-READABLE_VERSIONS = (2, 3)      # a version 2 file reads as one with no Hessian steps
+FORMAT_VERSION = 3      # 2: MATMUL's inner; 3: a function's host steps (Hessians and Jacobians inside it)
+READABLE_VERSIONS = (2, 3)      # a version 2 file reads as one with no host steps
 
 # The opcode table: (name, family, arity, attribute layout), one row per opcode in opcode order. An attribute
 # layout names the op's iattr block fields; "f" is a fattr index, "name[rank]" repeats rank times.
