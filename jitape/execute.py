@@ -69,7 +69,7 @@ def _target_rows(program):
     return rows
 
 
-def _unit_cotangents(program):
+def unit_cotangents(program):
     """The complete adjoint [adjoint_size, 1] of the scalar target seeded with one. A Program that keeps its
     cotangents computes it once (in a buffer of its own) and serves every later gradient, HVP and Hessian."""
     kept = program.__dict__.get("cotangents")
@@ -213,7 +213,7 @@ def source_gradients(program, seeds, sources):
     lend = not kept and LENT_PER_GRADIENT * _source_entries(program) >= program.adjoint_size
     own = lend and program.adjoint_size < VIEWS_FROM
     if kept:
-        adjoint = _unit_cotangents(program)
+        adjoint = unit_cotangents(program)
     else:
         adjoint = reverse(program, blocks, out=np.empty((program.adjoint_size, 1), program.dtype) if own else None)
     grads = []
@@ -327,9 +327,11 @@ def _forward_jacobians(program, target_row, n, sources, rows, columns):
     return jacobians
 
 
-def source_hessian(program, n, directions=None):
+def source_hessian(program, n, directions=None, cotangents=None, out=None):
     """tape.hessian's compiled path, forward over reverse: [n (the source's size), K], the Hessian times each
     column of `directions` (the identity when None), or None when the target does not depend on the source.
+    cotangents: the complete adjoint of the target seeded with one, where the caller swept it (else swept here);
+    out: the [n, K] array to write the result into.
 
     One reverse sweep gives every cotangent; then per chunk of directions one
     tangent sweep and one second-order sweep (see jitape_kernels.cpu.tangents).
@@ -338,10 +340,10 @@ def source_hessian(program, n, directions=None):
     rows = [program.adjoint_rows[s] for s in slots]
     if not rows or _target_row(program) < 0:
         return None
-    adjoint = _unit_cotangents(program)
+    adjoint = unit_cotangents(program) if cotangents is None else cotangents
     total = n if directions is None else directions.shape[1]
     chunk = _columns_per_sweep(program, total, buffers=2)
-    result = np.empty((n, total), program.dtype)
+    result = np.empty((n, total), program.dtype) if out is None else out
     for start in range(0, total, chunk):
         k = min(chunk, total - start)
         tangent = _tangent_buffer(program, k)

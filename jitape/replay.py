@@ -29,7 +29,7 @@ from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest, recycling
 from . import backend as backends     # not `backend`: Function's argument of that name would shadow it
-from .execute import source_hessian, source_jacobians
+from .execute import source_blocks, source_hessian, source_jacobians, unit_cotangents
 from .program import Program, arena_fill, fill_arena
 from .recording import _state
 from .tape import GradientTape
@@ -283,18 +283,29 @@ class Concrete:
         live = [e[1] for e in self.outputs if e[0] == "slot"] + [w[1] for w in self.writes
                                                                  if not isinstance(w[1], np.ndarray)]
         live += [g[0] for g in self.slot_guards]
+        # a gradient step that a Hessian step at its position shares its target and its one source with is taken
+        # from the Hessian's cotangents (its reverse sweep, planned alike, serves both)
+        hessians = {(position, target, pairs[0][0]): k for k, (position, kind, target, pairs) in
+                    enumerate(self.host_steps) if kind == "hessian"}
+        gradient_of, gradient_steps = {}, []
+        for position, target, pairs in self.gradient_steps:
+            k = hessians.get((position, target, pairs[0][0])) if len(pairs) == 1 else None
+            if k is None or k in gradient_of:
+                gradient_steps.append((position, None, target, pairs, -1))
+            else:
+                gradient_of[k] = pairs[0][1]
         # the steps in program order (steps at one position read nothing another writes)
-        ordered = sorted([(step[0], None, step[1], step[2]) for step in self.gradient_steps]
-                         + [tuple(step) for step in self.host_steps], key=operator.itemgetter(0))
-        for position, kind, target, pairs in ordered:
+        ordered = sorted(gradient_steps + [(*step, gradient_of.get(k, -1)) for k, step in enumerate(self.host_steps)],
+                         key=operator.itemgetter(0))
+        for position, kind, target, pairs, gradient in ordered:
             code, adjoint_rows, adjoint_size, flags = derivative_plan(self.code[:position], self.slots,
                                                                       np.array([target], np.int64),
                                                                       np.array([s for s, _ in pairs], np.int64))
             if kind is not None:
-                host_plans.append((kind, code, adjoint_rows, int(adjoint_size), target, pairs))
+                host_plans.append((kind, code, adjoint_rows, int(adjoint_size), target, pairs, gradient))
                 step_rows.append([position, n_code, n_code, HOST_STEP, 0, len(moves), len(moves), target])
                 read = code[:, oc.OUT:oc.IN2 + 1]
-                live += read[read >= 0].tolist() + [target] + [slot for pair in pairs for slot in pair]
+                live += read[read >= 0].tolist() + [target, gradient] + [slot for pair in pairs for slot in pair]
                 continue
             step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
                               self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])
@@ -398,19 +409,20 @@ class Concrete:
     def _host_programs(self, indices, plans):
         """Per host step (by its index among the steps): (its kind, its derivative's Program reading the values
         where the run layout places them, the target's size, per source (its size, the derivative's arena
-        offset)) (see _host_step)."""
+        offset), the arena offset of the gradient it also takes (-1: none)) (see _host_step)."""
         if not plans:
             return {}
         slots = self.slots.copy()
         slots[:, oc.OFFSET] = self._offsets
         found = {}
-        for index, (kind, code, adjoint_rows, adjoint_size, target, pairs) in zip(indices, plans):
+        for index, (kind, code, adjoint_rows, adjoint_size, target, pairs, gradient) in zip(indices, plans):
             oc.fill_offset_columns(code, self._offsets)
             program = Program(code, slots, self.iattr, self.fattr, self.arena, adjoint_rows, adjoint_size,
                               np.array([target], np.int64), np.array([s for s, _ in pairs], np.int64),
                               tuple(np.zeros(0, np.int64) for _ in pairs))
             found[index] = (kind, program, int(self.slots[target, oc.SIZE]),
-                            [(int(self.slots[s, oc.SIZE]), int(self._offsets[out])) for s, out in pairs])
+                            [(int(self.slots[s, oc.SIZE]), int(self._offsets[out])) for s, out in pairs],
+                            int(self._offsets[gradient]) if gradient >= 0 else -1)
         return found
 
     def _host_step(self, index):
@@ -418,17 +430,21 @@ class Concrete:
         Hessian's forward-over-reverse sweeps (execute.source_hessian) or a Jacobian's sweep
         (execute.source_jacobians), as a tape runs them, into the derivatives' arena rows; the next call of the
         replay resumes after it."""
-        kind, program, n, sources = self._host_steps[index]
+        kind, program, n, sources, gradient = self._host_steps[index]
+        arena = self.arena
         if kind == "hessian":
-            found = [source_hessian(program, sources[0][0])]
+            (size, offset), = sources
+            cotangents = unit_cotangents(program)
+            if gradient >= 0:
+                (block,) = source_blocks(program, cotangents)
+                arena[gradient:gradient + size] = 0 if block is None else block[:, 0]
+            hessian = arena[offset:offset + size * size]
+            if source_hessian(program, size, cotangents=cotangents, out=hessian.reshape(size, size)) is None:
+                hessian[:] = 0          # a loaded step whose target does not depend on its source
         else:
             found = source_jacobians(program, n, [_Source(size, self.dtype) for size, _ in sources])
-        for derivative, (size, offset) in zip(found, sources):
-            rows = self.arena[offset:offset + derivative_size(kind, n, size)]
-            if derivative is None:      # a loaded step whose target does not depend on its source
-                rows[:] = 0
-            else:
-                rows[:] = derivative.reshape(-1)
+            for jacobian, (size, offset) in zip(found, sources):
+                arena[offset:offset + n * size] = 0 if jacobian is None else jacobian.reshape(-1)
         self._resume[0] = index
 
     def _completed(self, replay):

@@ -111,6 +111,8 @@ def jitape_a(table, jt):
         table.add("jitape jt.grad + jt.hessian", compiled, note="first call = trace")
     else:
         table.skip("jitape jt.grad + jt.hessian", "jt.hessian missing")
+    table.add("jitape jt.function(newton)", jt.function(newton),
+              note="the eager step in one replay (the Hessian a host step), as tf.function(newton); first call = trace")
 
 
 def tensorflow_a(table, tf):

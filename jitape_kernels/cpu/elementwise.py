@@ -701,6 +701,18 @@ def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b, live_a
     if not ((op == oc.MUL and has_a and has_b) or (op == oc.DIV and has_b) or op == oc.POW or op == oc.ATAN2):
         return
     K = gt_a.shape[1] if has_a else gt_b.shape[1]
+    if op == oc.MUL:
+        # each input's term is the other's tangent: column loops without branches vectorise (x * x, both one
+        # slot, adds its two terms in this order, as the general loop does)
+        for i in range(a.size):
+            g = float(g_out[i])
+            if live_b:
+                for k in range(K):
+                    gt_a[i, k] += g * t_b[i, k]
+            if live_a:
+                for k in range(K):
+                    gt_b[i, k] += g * t_a[i, k]
+        return
     for i in range(a.size):
         aa, ab, ba, bb = binary_second_partials(op, a[i], b[i], y[i])
         g = float(g_out[i])
