@@ -2,7 +2,8 @@
 
 A file holds the arrays of each Program, the opcode-name table it was written
 with, a JSON description (format version, declared inputs, outputs, guards,
-variable writes, the variables' values) and a SHA-256 checksum over all of
+variable writes, gradient and host steps, the variables' values; a version 2
+file, written before host steps, reads as one without) and a SHA-256 checksum over all of
 it. It is never pickled, and loading executes nothing from it: every number
 the compiled kernels will index with is checked first (slot and attribute
 ranges, sizes against shapes, every op's attribute block against its operands),
