@@ -65,6 +65,7 @@ class _Trace(GradientTape):
         self.variable_guards = {}   # id -> (variable, expected value, how): variables no instruction reads
         self.kept_constants = []    # slots of broadcast constants, planned as sources so their broadcasts stay
         self.takes_gradients = False    # whether it recorded a gradient step
+        self.step_views = {}            # a step row's output slot -> the slots the inner tape's rows computed
 
     def keep_constant(self, tensor):
         """See tracing.broadcast_constant."""
@@ -103,39 +104,66 @@ class _Trace(GradientTape):
         self._tracked.add(variable._id)
         self.current[variable._id] = (variable, tensor)
 
-    def record_gradient(self, target, sources, gradients):
-        """An inner tape's gradient of `target` w.r.t. `sources` ran the compiled sweep: one GRADIENT_STEP row
-        per connected source (a target this trace does not track has constant gradients: nothing to record)."""
+    def step_view(self, tape, sources):
+        """What a derivative of the inner `tape` w.r.t. `sources` differentiates of this trace, as a step of its
+        Program: (the slots of the values the tape's rows computed: every other value is a constant of the step, as
+        the tape did not record it, per source its slot as the tape's rows read it); None where that slot is not
+        found (a variable this trace assigned, read by the tape only through concat's rows)."""
+        inner = np.frombuffer(b"".join(tape._rows), np.int64).reshape(-1, 6)
+        id_of = {slot: i for i, slot in tape._slot_of.items()}
+        slot_of = self._slot_of
+        computed = [slot_of.get(id_of.get(out)) for out in inner[:, 1].tolist()]
+        slots = []
+        for source in sources:
+            if not source._is_variable or source._id not in self.current:
+                slots.append(self._slot(source))
+                continue
+            # a variable assigned in the trace: the value its inner rows read, found through a row both recorded
+            slot = None
+            read = tape._slot_of.get(source._id, -1)
+            rows = np.frombuffer(b"".join(self._rows), np.int64).reshape(-1, 6)
+            for r in np.flatnonzero((inner[:, 2:5] == read).any(axis=1) & (inner[:, 0] != oc.PLACE)).tolist():
+                both = np.flatnonzero(rows[:, 1] == (-1 if computed[r] is None else computed[r]))
+                if both.size == 1:
+                    slot = int(rows[both[0], 2 + np.flatnonzero(inner[r, 2:5] == read)[0]])
+                    break
+            if slot is None:
+                return None
+            slots.append(slot)
+        return np.array([s for s in computed if s is not None], np.int64), slots
+
+    def record_gradient(self, target, gradients, view):
+        """An inner tape's gradient of `target` ran the compiled sweep (view: step_view's for its sources): one
+        GRADIENT_STEP row per connected source (a target this trace does not track has constant gradients: nothing
+        to record)."""
+        if self._record_step(GRADIENT_STEP, target, gradients, view):
+            self.takes_gradients = True
+
+    def record_hessian(self, target, hessian, view):
+        """An inner tape's Hessian of `target` w.r.t. one source ran the compiled sweeps: one HESSIAN_STEP row."""
+        self._record_step(HESSIAN_STEP, target, [hessian], view)
+
+    def record_jacobian(self, target, jacobians, view):
+        """An inner tape's Jacobian of `target` ran the compiled sweep: one JACOBIAN_STEP row per connected
+        source."""
+        self._record_step(JACOBIAN_STEP, target, jacobians, view)
+
+    def _record_step(self, op, target, derivatives, view):
+        """One row of `op` per connected source (derivative None: not connected), remembering what the step
+        differentiates (step_view's `view`); whether it recorded any."""
         if target._id not in self._tracked:
-            return
+            return False
         target_slot = self._slot(target)
-        for source, g in zip(sources, gradients):
-            if g is not None:
-                source_slot = self._slot(source)
-                self._tracked.add(g._id)
-                self._add_row(GRADIENT_STEP, self._new_slot(g), target_slot, source_slot, -1, -1)
-                self.takes_gradients = True
-
-    def record_hessian(self, target, source, hessian):
-        """An inner tape's Hessian of `target` w.r.t. `source` ran the compiled sweeps: one HESSIAN_STEP row."""
-        self._record_host_step(HESSIAN_STEP, target, [source], [hessian])
-
-    def record_jacobian(self, target, sources, jacobians):
-        """An inner tape's Jacobian of `target` w.r.t. `sources` ran the compiled sweep: one JACOBIAN_STEP row
-        per connected source."""
-        self._record_host_step(JACOBIAN_STEP, target, sources, jacobians)
-
-    def _record_host_step(self, kind, target, sources, derivatives):
-        """One row of `kind` per connected source (None: not connected); a target this trace does not track has
-        constant derivatives: nothing to record."""
-        if target._id not in self._tracked:
-            return
-        target_slot = self._slot(target)
-        for source, derivative in zip(sources, derivatives):
+        computed, source_slots = view
+        recorded = False
+        for source_slot, derivative in zip(source_slots, derivatives):
             if derivative is not None:
-                source_slot = self._slot(source)
                 self._tracked.add(derivative._id)
-                self._add_row(kind, self._new_slot(derivative), target_slot, source_slot, -1, -1)
+                out = self._new_slot(derivative)
+                self.step_views[out] = computed
+                self._add_row(op, out, target_slot, source_slot, -1, -1)
+                recorded = True
+        return recorded
 
 
 def _leaf_key(leaf):
@@ -233,28 +261,36 @@ class Concrete:
                                                        np.frombuffer(trace._fattr, np.float64))
         steps = np.isin(code[:, oc.OP], (GRADIENT_STEP, *HOST_STEP_KINDS))
         self.code = np.ascontiguousarray(code[~steps]) if steps.any() else code     # no copy of a large code
-        # (position in code, target slot, [(source slot, gradient slot)]): consecutive rows of one target
+        # per step's output slot, the slots of the values its inner tape computed (only those rows differentiate)
+        computed, renumbered = {}, {}
+        for slot, view in trace.step_views.items():
+            if id(view) not in renumbered:      # one view per tape's derivative, shared by its rows
+                kept = renumber[view]
+                renumbered[id(view)] = kept[kept >= 0]
+            computed[int(renumber[slot])] = renumbered[id(view)]
+        # (position in code, target slot, [(source slot, gradient slot)], the rows of code before it that its tape
+        # recorded, which it differentiates): consecutive rows of one target and tape
         self.gradient_steps = []
-        # (position in code, kind (HOST_STEP_KINDS' name), target slot, [(source slot, derivative slot)]): a Hessian
-        # step has one source; consecutive Jacobian rows of one target are one step
+        # (position in code, kind (HOST_STEP_KINDS' name), target slot, [(source slot, derivative slot)], rows): a
+        # Hessian step has one source; consecutive Jacobian rows of one target and tape are one step
         self.host_steps = []
         for r in np.flatnonzero(steps).tolist():
             position = r - int(np.sum(steps[:r]))       # the rows of code before it
             target, pair = int(code[r, oc.IN0]), (int(code[r, oc.IN1]), int(code[r, oc.OUT]))
+            view = computed[pair[1]]
             op = int(code[r, oc.OP])
-            if op == GRADIENT_STEP:
-                last = self.gradient_steps[-1] if self.gradient_steps else None
-                if last is not None and last[0] == position and last[1] == target:
-                    last[2].append(pair)
-                else:
-                    self.gradient_steps.append([position, target, [pair]])
+            kind = HOST_STEP_KINDS.get(op)
+            steps_of_kind = self.gradient_steps if kind is None else self.host_steps
+            last = steps_of_kind[-1] if steps_of_kind else None
+            if last is not None and last[0] == position and last[-3] == target and last[-1][0] is view \
+                    and kind != "hessian" and (kind is None or last[1] == kind):
+                last[-2].append(pair)
                 continue
-            kind = HOST_STEP_KINDS[op]
-            last = self.host_steps[-1] if self.host_steps else None
-            if kind == "jacobian" and last is not None and last[:3] == [position, kind, target]:
-                last[3].append(pair)
-            else:
-                self.host_steps.append([position, kind, target, [pair]])
+            rows = (view, np.flatnonzero(np.isin(self.code[:position, oc.OUT], view)))
+            steps_of_kind.append([position, target, [pair], rows] if kind is None
+                                 else [position, kind, target, [pair], rows])
+        for step in self.gradient_steps + self.host_steps:
+            step[-1] = step[-1][1]
         self.arg_slots = [(i, int(renumber[s])) for i, s in arg_slots]
         self.variable_inputs = [(v, int(renumber[s])) for v, s in var_inputs]
         for entry in outputs:
@@ -285,27 +321,28 @@ class Concrete:
         live += [g[0] for g in self.slot_guards]
         # a gradient step that a Hessian step at its position shares its target and its one source with is taken
         # from the Hessian's cotangents (its reverse sweep, planned alike, serves both)
-        hessians = {(position, target, pairs[0][0]): k for k, (position, kind, target, pairs) in
+        hessians = {(position, target, pairs[0][0]): k for k, (position, kind, target, pairs, _) in
                     enumerate(self.host_steps) if kind == "hessian"}
         gradient_of, gradient_steps = {}, []
-        for position, target, pairs in self.gradient_steps:
+        for position, target, pairs, rows in self.gradient_steps:
             k = hessians.get((position, target, pairs[0][0])) if len(pairs) == 1 else None
-            if k is None or k in gradient_of:
-                gradient_steps.append((position, None, target, pairs, -1))
+            if k is None or k in gradient_of or not np.array_equal(rows, self.host_steps[k][4]):
+                gradient_steps.append((position, None, target, pairs, rows, -1))
             else:
                 gradient_of[k] = pairs[0][1]
         # the steps in program order (steps at one position read nothing another writes)
         ordered = sorted(gradient_steps + [(*step, gradient_of.get(k, -1)) for k, step in enumerate(self.host_steps)],
                          key=operator.itemgetter(0))
-        for position, kind, target, pairs, gradient in ordered:
-            code, adjoint_rows, adjoint_size, flags = derivative_plan(self.code[:position], self.slots,
+        for position, kind, target, pairs, rows, gradient in ordered:
+            code, adjoint_rows, adjoint_size, flags = derivative_plan(self.code[rows], self.slots,
                                                                       np.array([target], np.int64),
                                                                       np.array([s for s, _ in pairs], np.int64))
             if kind is not None:
                 host_plans.append((kind, code, adjoint_rows, int(adjoint_size), target, pairs, gradient))
                 step_rows.append([position, n_code, n_code, HOST_STEP, 0, len(moves), len(moves), target])
                 read = code[:, oc.OUT:oc.IN2 + 1]
-                live += read[read >= 0].tolist() + [target, gradient] + [slot for pair in pairs for slot in pair]
+                live += read[read >= 0].tolist() + [target] + [slot for pair in pairs for slot in pair]
+                live += [gradient] if gradient >= 0 else []
                 continue
             step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
                               self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])

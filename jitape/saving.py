@@ -112,10 +112,10 @@ class _Writer:
             guards=[[s, self.array(expected), how] for s, expected, how in concrete.slot_guards],
             variable_guards=[[self.variable(v), self.array(expected), how]
                              for v, expected, how in concrete.variable_guards],
-            gradient_steps=[[position, target, [list(pair) for pair in pairs]]
-                            for position, target, pairs in concrete.gradient_steps],
-            host_steps=[[position, kind, target, [list(pair) for pair in pairs]]
-                        for position, kind, target, pairs in concrete.host_steps])
+            gradient_steps=[[position, target, [list(pair) for pair in pairs], self.array(rows)]
+                            for position, target, pairs, rows in concrete.gradient_steps],
+            host_steps=[[position, kind, target, [list(pair) for pair in pairs], self.array(rows)]
+                        for position, kind, target, pairs, rows in concrete.host_steps])
         return meta
 
     def output(self, entry):
@@ -304,17 +304,27 @@ class _Reader:
         return str(meta["key"]), concrete
 
     def gradient_step(self, step, n_code, slots):
-        position, target, pairs = step
-        if not isinstance(position, int) or not 0 <= position <= n_code:
-            raise self.error(f"gradient step position {position!r} out of range")
+        # a version 2 step differentiates every row before it
+        position, target, pairs, rows = step if self.version >= 3 else (*step, None)
+        rows = self.step_rows(position, rows, n_code)
         n = slots.shape[0]
         pairs = [(self.slot(s, n), self.sized(self.slot(out, n), slots, int(slots[s, oc.SIZE]))) for s, out in pairs]
-        return [position, self.slot(target, n), pairs]
+        return [position, self.slot(target, n), pairs, rows]
+
+    def step_rows(self, position, key, n_code):
+        """A step's rows: the rows before its position it differentiates, ascending (key None: all of them)."""
+        if not isinstance(position, int) or isinstance(position, bool) or not 0 <= position <= n_code:
+            raise self.error(f"step position {position!r} out of range")
+        if key is None:
+            return np.arange(position)
+        rows = self.array(key, "i", 1).astype(np.int64)
+        if rows.size and (rows[0] < 0 or rows[-1] >= position or np.any(np.diff(rows) <= 0)):
+            raise self.error(f"a step's rows are not ascending rows before its position {position}")
+        return rows
 
     def host_step(self, step, n_code, slots):
-        position, kind, target, pairs = step
-        if not isinstance(position, int) or not 0 <= position <= n_code:
-            raise self.error(f"host step position {position!r} out of range")
+        position, kind, target, pairs, rows = step
+        rows = self.step_rows(position, rows, n_code)
         if kind not in HOST_STEP_KINDS.values() or not pairs or kind == "hessian" and len(pairs) != 1:
             raise self.error(f"a host step of kind {kind!r} with {len(pairs)} sources")
         n = slots.shape[0]
@@ -324,7 +334,7 @@ class _Reader:
             source = self.slot(source, n)
             size = derivative_size(kind, int(slots[target, oc.SIZE]), int(slots[source, oc.SIZE]))
             checked.append((source, self.sized(self.slot(out, n), slots, size)))
-        return [position, kind, target, checked]
+        return [position, kind, target, checked, rows]
 
     def index(self, value):
         if not isinstance(value, int) or value < 0:

@@ -67,8 +67,8 @@ class GradientTape(Recording):
         else:
             program = lowered(self, targets, float_sources, READS_FIRST_ORDER, sweeps=("reverse",))
             found = source_gradients(program, seeds, float_sources)
-            for trace in traces or ():
-                trace.record_gradient(targets[0], float_sources, found)
+            for trace, view in traces or ():
+                trace.record_gradient(targets[0], found, view)
         if len(found) == len(flat_sources):        # every source float: found lines up with them
             results = found
         else:
@@ -111,8 +111,8 @@ class GradientTape(Recording):
                               sweeps=jacobian_sweeps(target.size, flat_sources))
             found = [None if j is None else Tensor(j.reshape(target.shape + s.shape)[()])
                      for s, j in zip(flat_sources, source_jacobians(program, target.size, flat_sources))]
-            for trace in traces or ():
-                trace.record_jacobian(target, flat_sources, found)
+            for trace, view in traces or ():
+                trace.record_jacobian(target, found, view)
         results = []
         for s, j in zip(flat_sources, found):
             if j is None and unconnected is UnconnectedGradients.ZERO:
@@ -233,8 +233,8 @@ class GradientTape(Recording):
         else:
             h = source_hessian(lowered(self, [target], [source], sweeps=HESSIAN_SWEEPS), source.size)
             result = None if h is None else Tensor(h.astype(source.dtype).reshape(source.shape + source.shape))
-            for trace in traces or ():
-                trace.record_hessian(target, source, result)
+            for trace, view in traces or ():
+                trace.record_hessian(target, result, view)
         self._release_if_used_up()
         return result
 
@@ -255,15 +255,20 @@ class GradientTape(Recording):
         return result
 
     def _compiled_in_traces(self, sources):
-        """The jt.function traces recording now (a list, maybe empty), when a derivative of this tape w.r.t.
-        `sources` may run the compiled sweeps inside them, each trace recording it as one step of its Program (see
-        replay.Concrete); None when it may not: a trace is to be differentiated itself (it needs the recorded
-        VJPs), this tape is a trace, or a source is a variable read, assigned and read again."""
+        """The jt.function traces recording now with what a derivative of this tape w.r.t. `sources`
+        differentiates of each ((trace, its step_view) pairs; maybe none), when the derivative may run the compiled
+        sweeps inside them, each trace recording it as one step of its Program (see replay.Concrete); None when it
+        may not: a trace is to be differentiated itself (it needs the recorded VJPs), this tape is a trace, a source
+        is a variable read, assigned and read again, or a trace cannot tell which value of a source the tape
+        read."""
         traces = [t for t in _state.recording if t._is_trace]
-        if traces and (self._is_trace or not all(t.compiled_gradients for t in traces)
-                       or any(s._id in self._aliases for s in sources)):
+        if not traces:
+            return traces
+        if self._is_trace or not all(t.compiled_gradients for t in traces) \
+                or any(s._id in self._aliases for s in sources):
             return None
-        return traces
+        views = [trace.step_view(self, sources) for trace in traces]
+        return None if any(view is None for view in views) else list(zip(traces, views))
 
     @staticmethod
     def _tapes_to_record_for(traces):

@@ -237,6 +237,8 @@ def jitape_c(table, jt):
         table.add("jitape jt.jacobian", lambda: compiled(x), note="first call = trace")
     else:
         table.skip("jitape jt.jacobian", "jt.jacobian missing")
+    table.add("jitape jt.function(tape.jacobian)", jt.function(jacobian),
+              note="the eager code in one replay (the Jacobian a host step), as tf.function; first call = trace")
 
 
 def tensorflow_c(table, tf):
