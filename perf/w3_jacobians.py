@@ -237,7 +237,15 @@ def jitape_c(table, jt):
         table.add("jitape jt.jacobian", lambda: compiled(x), note="first call = trace")
     else:
         table.skip("jitape jt.jacobian", "jt.jacobian missing")
-    table.add("jitape jt.function(tape.jacobian)", jt.function(jacobian),
+
+    def jacobian_of(x):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            y = tanh_mlp(x, ws, jt.tanh)
+        return tape.jacobian(y, x)
+
+    # x an argument: a closed-over constant's Jacobian would fold into a constant
+    table.add("jitape jt.function(tape.jacobian)", lambda f=jt.function(jacobian_of): f(x),
               note="the eager code in one replay (the Jacobian a host step), as tf.function; first call = trace")
 
 
