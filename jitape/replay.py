@@ -222,11 +222,22 @@ class Concrete:
     def __init__(self, trace, arg_slots, structure, out_leaves, fuse=False):
         self.structure = structure
         var_inputs = list(trace.variable_inputs.values())
+        rows = np.frombuffer(b"".join(trace._rows), np.int64).reshape(-1, 6)
+        slot_rows = np.frombuffer(b"".join(trace._slot_rows), np.int64).reshape(-1, 3 + oc.MAXRANK)
+        # a trace whose inner tapes each recomputed f (jt.grad and jt.hessian of one f) computes it once
+        same = np.arange(slot_rows.shape[0])
+        if trace.step_views:
+            inputs = [s for _, s in arg_slots] + [s for _, s in var_inputs]
+            same, kept = _shared_values(rows, slot_rows, np.frombuffer(trace._iattr, np.int64),
+                                        np.frombuffer(trace._fattr, np.float64), trace._values, inputs,
+                                        trace.step_views)
+            rows = rows[kept]
+            rows[:, 2:5] = np.where(rows[:, 2:5] >= 0, same[rows[:, 2:5]], -1)
         outputs = []            # per output leaf: ("slot", slot, shape, dtype) or ("value", leaf)
         targets = []
         for leaf in out_leaves:
             if isinstance(leaf, Tensor) and not leaf._is_variable and leaf._id in trace._tracked:
-                slot = trace._slot(leaf)
+                slot = int(same[trace._slot(leaf)])
                 outputs.append(["slot", slot, leaf.shape, leaf.dtype])
                 targets.append(slot)
             else:
@@ -234,16 +245,15 @@ class Concrete:
         writes = []
         for variable, tensor in trace.current.values():
             if tensor._id in trace._tracked:
-                slot = trace._slot(tensor)
+                slot = int(same[trace._slot(tensor)])
                 writes.append([variable, slot])
                 targets.append(slot)
             else:
                 writes.append([variable, np.array(tensor._value)])
-        guards = [[slot, expected, how] for slot, expected, how in trace.slot_guards]     # expected: see below
+        guards = [[int(same[slot]), expected, how] for slot, expected, how in trace.slot_guards]  # expected: below
         targets += [g[0] for g in guards]
-        sources = [s for _, s in arg_slots] + [s for _, s in var_inputs] + trace.kept_constants
-        rows = np.frombuffer(b"".join(trace._rows), np.int64).reshape(-1, 6)
-        slot_rows = np.frombuffer(b"".join(trace._slot_rows), np.int64).reshape(-1, 3 + oc.MAXRANK)
+        kept_constants = sorted(set(same[trace.kept_constants].tolist()))      # equal ones shared (see above)
+        sources = [s for _, s in arg_slots] + [s for _, s in var_inputs] + kept_constants
         rows = rows[hoisted(rows, slot_rows[:, 0])]
         rows.flags.writeable = False     # plan()'s one signature: a tape's rows are read-only views of its bytes
         code, slots, _, scalar_slots, array_slots, arena_size, _, is_float64 = plan(
@@ -265,7 +275,7 @@ class Concrete:
         computed, renumbered = {}, {}
         for slot, view in trace.step_views.items():
             if id(view) not in renumbered:      # one view per tape's derivative, shared by its rows
-                kept = renumber[view]
+                kept = renumber[same[view]]
                 renumbered[id(view)] = kept[kept >= 0]
             computed[int(renumber[slot])] = renumbered[id(view)]
         # (position in code, target slot, [(source slot, gradient slot)], the rows of code before it that its tape
@@ -745,6 +755,69 @@ class Concrete:
                               tuple(np.zeros(0, np.int64) for _ in sources))
             planned = self._plans[key] = (program, flags)
         return planned
+
+
+def _shared_values(rows, slot_rows, iattr, fattr, values, inputs, step_views):
+    """(per slot, the slot holding its value; which rows to keep) once equal constants of at most
+    SHARED_CONSTANT_SIZE entries (values: per slot; inputs: the slots of arguments and variables, never constants;
+    nor is a step's source) are one, and every row that recomputes an earlier row's value (the same op of the
+    same inputs' values, attribute values and output shape and dtype; not a concat's PLACE row) is dropped, its
+    output read from the earlier row's. Rows are pure, so the values are equal; but a step (step_views: per step
+    row's output, the slots its inner tape computed) differentiates the rows its tape recorded and takes every
+    other value as a constant, so two rows are one only where each step sees them alike: both or neither
+    recorded, or the one its tape did not record is not read by its tape's rows, its target or its source (its
+    tape took that value as a constant)."""
+    n_slots = slot_rows.shape[0]
+    step_rows = rows[rows[:, 0] < 0].tolist()
+    recorded, read = [], []
+    for view in {id(view): view for view in step_views.values()}.values():
+        member = np.zeros(n_slots, np.bool_)
+        member[view] = True
+        reads = np.zeros(n_slots, np.bool_)
+        ins = rows[member[rows[:, 1]], 2:5]
+        reads[ins[ins >= 0]] = True
+        reads[[s for row in step_rows if step_views[row[1]] is view for s in row[2:4]]] = True
+        recorded.append(member)
+        read.append(reads)
+    same = np.arange(n_slots)
+    kept = np.ones(rows.shape[0], np.bool_)
+    placed = np.zeros(n_slots, np.bool_)
+    placed[rows[rows[:, 0] == oc.PLACE, 1]] = True
+    first_of = {}
+    varying = np.zeros(n_slots, np.bool_)       # not a constant: computed by a row, an input, a step's source
+    varying[rows[:, 1]] = True
+    varying[inputs] = True
+    varying[[row[3] for row in step_rows]] = True
+    for s in np.flatnonzero(~varying & (slot_rows[:, 0] <= SHARED_CONSTANT_SIZE)).tolist():
+        value = np.asarray(values[s])
+        same[s] = first_of.setdefault((value.dtype.str, value.shape, value.tobytes()), s)
+    for r, (op, out, in0, in1, in2, attr) in enumerate(rows.tolist()):
+        if op < 0 or placed[out]:
+            continue
+        key = (op, *(int(same[s]) if s >= 0 else -1 for s in (in0, in1, in2)), slot_rows[out].tobytes(),
+               _attribute_values(op, attr, iattr, fattr))
+        first = first_of.setdefault(key, out)
+        if first != out and all(member[first] == member[out] or not reads[first if member[out] else out]
+                                for member, reads in zip(recorded, read)):
+            same[out] = first
+            kept[r] = False
+    return same, kept
+
+
+SHARED_CONSTANT_SIZE = 64      # larger constants are rarely recorded twice: not worth hashing
+
+
+def _attribute_values(op, attr, iattr, fattr):
+    """A recorded row's attribute block (at `attr` of the trace's pools; -1: none) as a hashable value, its
+    floats by value."""
+    if attr < 0:
+        return ()
+    length = _FIXED_ATTRIBUTE_LENGTH[op]
+    if length < 0:
+        length = oc.attribute_length(op, iattr, attr)
+    block = iattr[attr:attr + length].tobytes()
+    count = _FLOAT_COUNT[op]
+    return block if count == 0 else (block[8:], fattr[iattr[attr]:iattr[attr] + count].tobytes())
 
 
 class _Source:

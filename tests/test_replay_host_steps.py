@@ -679,7 +679,8 @@ def _edit_step(index, **changes):
     def edit(meta):
         step = _steps(meta)[index]
         for field, value in changes.items():
-            step[["position", "kind", "target", "pairs", "rows"].index(field)] = value(step) if callable(value) else value
+            place = ["position", "kind", "target", "pairs", "rows"].index(field)
+            step[place] = value(step) if callable(value) else value
     return edit
 
 
@@ -792,3 +793,87 @@ def test_a_format_2_file_without_host_steps_loads_and_replays(tmp_path):
         assert float(loaded(x)) == pytest.approx(float(step(x)), rel=1e-6)
         np.testing.assert_allclose(lw.numpy(), w.numpy(), rtol=1e-6)
     assert oc.READABLE_VERSIONS == (2, 3) and oc.FORMAT_VERSION == 3
+
+
+# -- values computed twice are computed once ------------------------------------------------------------------
+def test_jt_grad_and_jt_hessian_of_one_function_inside_a_function_share_its_rows_and_its_reverse_sweep():
+    """jax.jit(newton)'s way: each of jt.grad(f) and jt.hessian(f) records f on a tape of its own; the Program
+    computes f once (equal constants, such as each reduce_mean's count, are one) and the gradient comes from the
+    Hessian step's cotangents."""
+    X, y = _logistic_data(60, 5, np.float64, 3)
+    f = lambda w: _logistic_loss(X, y, w)
+    grad, hess = jt.grad(f), jt.hessian(f)
+    shift = jt.constant(1e-3 * np.eye(5))
+
+    def newton(w):
+        g, h = grad(w), hess(w)
+        return g, h, jt.linalg.solve(h + shift, jt.reshape(g, (5, 1)))[:, 0]
+
+    traced = jt.function(newton)
+    for seed in range(3):
+        w = jt.constant(np.random.default_rng(seed).normal(size=5))
+        for got, want in zip(traced(w), newton(w)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-15)
+    concrete = _variant(traced)
+    (gradient_step,), (hessian_step,) = concrete.gradient_steps, concrete.host_steps
+    assert gradient_step[0] == hessian_step[0] and gradient_step[1] == hessian_step[2]
+    np.testing.assert_array_equal(gradient_step[3], hessian_step[4])
+    once = jt.function(lambda w: hess(w))
+    once(w)
+    assert concrete.code.shape[0] - _variant(once).code.shape[0] < 6, "f's rows recorded twice"
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hessian", "jacobian"])
+def test_a_value_its_tape_took_as_a_constant_is_not_shared_with_the_same_value_it_recorded(kind):
+    """y1 = sin(x) before the tape and y2 = sin(x) on it are equal values, but the tape differentiates only y2:
+    d(y1 y2)/dx = y1 cos(x). Sharing one row between them would differentiate both."""
+    def python(x):
+        y1 = jt.sin(x)
+        with jt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            z = y1 * jt.sin(x)
+            loss = jt.reduce_sum(z)
+        return _derivative(tape, kind, z, loss, x)
+
+    traced = jt.function(python)
+    for values in ([0.3, 0.7], [1.3, -0.4]):
+        x = jt.constant(values, jt.float64)
+        np.testing.assert_allclose(traced(x).numpy(), python(x).numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_a_watched_constant_is_not_shared_with_an_equal_constant():
+    """c1 and c2 hold 2.0; the tape watches c1 only, so d(c1 x + c2 x²)/dc1 = x, not x + x²."""
+    def python(x):
+        c1, c2 = jt.constant(2.0, jt.float64), jt.constant(2.0, jt.float64)
+        with jt.GradientTape() as tape:
+            tape.watch(c1)
+            loss = jt.reduce_sum(c1 * x + c2 * x * x)
+        return tape.gradient(loss, c1)
+
+    traced = jt.function(python)
+    for values in ([0.5, 1.5], [2.0, -1.0]):
+        x = jt.constant(values, jt.float64)
+        assert float(traced(x)) == pytest.approx(float(python(x))) == pytest.approx(sum(values))
+
+
+def test_rows_that_differ_in_attributes_shape_or_dtype_are_not_shared():
+    """The same op of the same input with another axis, shape or dtype computes another value."""
+    def python(x):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            loss = (jt.reduce_sum(jt.reduce_sum(x, axis=0) ** 2) + jt.reduce_sum(jt.reduce_sum(x, axis=1) ** 3)
+                    + jt.reduce_sum(jt.reshape(x, (6,)) * jt.reshape(x, (6,)))
+                    + jt.reduce_sum(jt.cast(jt.cast(x, jt.float32), jt.float64) * jt.cast(x, jt.float64)))
+        return tape.gradient(loss, x), tape_hessian_of(x)
+
+    def tape_hessian_of(x):
+        with jt.GradientTape() as tape:
+            tape.watch(x)
+            loss = jt.reduce_sum(jt.reduce_sum(x, axis=0) ** 2) + jt.reduce_sum(jt.reduce_sum(x, axis=1) ** 3)
+        return tape.hessian(loss, x)
+
+    traced = jt.function(python)
+    for seed in range(3):
+        x = jt.constant(np.random.default_rng(seed).normal(size=(2, 3)))
+        for got, want in zip(traced(x), python(x)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-9)
