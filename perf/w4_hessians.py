@@ -109,6 +109,8 @@ def jitape_a(table, jt):
             return [g, h, jt.reshape(jt.linalg.solve(h + shift, jt.reshape(g, (D, 1))), (D,))]
 
         table.add("jitape jt.grad + jt.hessian", compiled, note="first call = trace")
+        table.add("jitape jt.function(jt.grad + jt.hessian + solve)", jt.function(compiled),
+                  note="as jax.jit(newton): f's rows shared, the Hessian a host step; first call = trace")
     else:
         table.skip("jitape jt.grad + jt.hessian", "jt.hessian missing")
     table.add("jitape jt.function(newton)", jt.function(newton),
