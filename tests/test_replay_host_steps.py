@@ -10,12 +10,14 @@ import sys
 import textwrap
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import jitape as jt
-from jitape import saving
 from jitape.replay import HOST_STEP_KINDS
 from jitape_kernels import opcodes as oc
 from jitape_kernels.layout import FUSE_MIN_SIZE
+from tests.test_saving import _rewrite as _rewrite_file
 
 L2 = 1e-3
 
@@ -660,15 +662,7 @@ def test_a_loaded_function_with_host_steps_cannot_be_differentiated(saved_model)
 
 def _rewrite(path, out, edit):
     """Copy the file with `edit(meta)` applied to its JSON description and a fresh checksum: a crafted file."""
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {k: npz[k].copy() for k in npz.files}
-    meta = json.loads(str(arrays["meta"]))
-    edit(meta)
-    arrays["meta"] = np.array(json.dumps(meta))
-    arrays["checksum"] = np.array(saving._checksum(arrays))
-    with open(out, "wb") as f:
-        np.savez(f, **arrays)
-    return out
+    return _rewrite_file(path, out, lambda arrays, meta: edit(meta))
 
 
 def _steps(meta):
@@ -755,6 +749,32 @@ def test_crafted_host_steps_the_loader_accepts_run_in_bounds(saved_model, tmp_pa
         out = _results(loaded(*_model_inputs(seed)))
         assert {k: v.shape for k, v in out.items()} == {"h": (3, 3), "ja": (8, 2), "jb": (8, 3), "hx": (3,)}
         assert all(np.all(np.isfinite(v)) for v in out.values())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from(["code", "slots", "iattr", "rows"]), position=st.integers(0, 10 ** 6),
+       value=st.sampled_from([-1, 0, 1, 2, 3, 7, 100, 10 ** 6, -(10 ** 6), 2 ** 62]))
+def test_fuzz_crafted_files_with_steps_raise_or_run_in_bounds(saved_model, which, position, value,
+                                                              tmp_path_factory):
+    """An entry of the Program's arrays or of a step's rows set to any value (valid checksum): the file fails
+    validation or runs, never out of bounds (bounds-checked in CI), whatever it computes."""
+    def edit(arrays, meta):
+        variant = meta["variants"][0]
+        keys = ([step[-1] for step in variant["gradient_steps"] + variant["host_steps"]] if which == "rows"
+                else [variant[which]])
+        target = arrays[keys[position % len(keys)]]
+        if target.size:
+            target.reshape(-1)[position % target.size] = value
+
+    crafted = _rewrite_file(saved_model[0] / "model.npz", tmp_path_factory.mktemp("c") / "c.npz", edit)
+    try:
+        loaded = jt.load(crafted)
+    except jt.ProgramFileError:
+        return
+    try:
+        loaded(*_model_inputs(7))
+    except (ValueError, np.linalg.LinAlgError, ZeroDivisionError):
+        pass        # a crafted file may compute nonsense, or raise a Python error; never read out of bounds
 
 
 def test_an_untouched_rewrite_of_a_file_with_host_steps_still_loads(saved_model, tmp_path):

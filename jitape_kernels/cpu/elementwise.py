@@ -682,15 +682,19 @@ def binary_reverse(op, a, b, y, g_out, g_a, g_b, want_a, want_b, assign_a=False,
 @njit(cache=True, error_model="numpy")
 def binary_tangent(op, a, b, y, t_a, t_b, t_out, has_a, has_b):
     """t_out += dy/da t_a + dy/db t_b over K tangent columns (an input without a tangent is skipped)."""
-    K = t_out.shape[1]
     for i in range(a.size):
         da, db = binary_partials(op, a[i], b[i], y[i])
         if has_a:
-            for k in range(K):
-                t_out[i, k] += da * t_a[i, k]
+            _add_scaled_row(t_out, i, da, t_a)
         if has_b:
-            for k in range(K):
-                t_out[i, k] += db * t_b[i, k]
+            _add_scaled_row(t_out, i, db, t_b)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _add_scaled_row(out, i, scale, t):
+    """out[i, :] += scale * t[i, :]: a column loop without branches, which vectorises."""
+    for k in range(out.shape[1]):
+        out[i, k] += scale * t[i, k]
 
 
 @njit(cache=True, error_model="numpy")
@@ -702,16 +706,14 @@ def binary_second(op, a, b, y, g_out, t_a, t_b, gt_a, gt_b, has_a, has_b, live_a
         return
     K = gt_a.shape[1] if has_a else gt_b.shape[1]
     if op == oc.MUL:
-        # each input's term is the other's tangent: column loops without branches vectorise (x * x, both one
-        # slot, adds its two terms in this order, as the general loop does)
+        # each input's term is the other's tangent (x * x, both one slot, adds its two terms in this order, as
+        # the general loop does)
         for i in range(a.size):
             g = float(g_out[i])
             if live_b:
-                for k in range(K):
-                    gt_a[i, k] += g * t_b[i, k]
+                _add_scaled_row(gt_a, i, g, t_b)
             if live_a:
-                for k in range(K):
-                    gt_b[i, k] += g * t_a[i, k]
+                _add_scaled_row(gt_b, i, g, t_a)
         return
     for i in range(a.size):
         aa, ab, ba, bb = binary_second_partials(op, a[i], b[i], y[i])
