@@ -107,8 +107,9 @@ class _Trace(GradientTape):
     def step_view(self, tape, sources):
         """What a derivative of the inner `tape` w.r.t. `sources` differentiates of this trace, as a step of its
         Program: (the slots of the values the tape's rows computed: every other value is a constant of the step, as
-        the tape did not record it, per source its slot as the tape's rows read it); None where that slot is not
-        found (a variable this trace assigned, read by the tape only through concat's rows)."""
+        the tape did not record it, per source its slot as the tape's rows read it, or the source itself where
+        that is its slot in this trace: taken when a step is recorded, so that a view makes no slot); None where
+        that slot is not found (a variable this trace assigned, read by the tape only through concat's rows)."""
         inner = np.frombuffer(b"".join(tape._rows), np.int64).reshape(-1, 6)
         id_of = {slot: i for i, slot in tape._slot_of.items()}
         slot_of = self._slot_of
@@ -116,7 +117,7 @@ class _Trace(GradientTape):
         slots = []
         for source in sources:
             if not source._is_variable or source._id not in self.current:
-                slots.append(self._slot(source))
+                slots.append(source)
                 continue
             # a variable assigned in the trace: the value its inner rows read, found through a row both recorded
             slot = None
@@ -154,10 +155,11 @@ class _Trace(GradientTape):
         if target._id not in self._tracked:
             return False
         target_slot = self._slot(target)
-        computed, source_slots = view
+        computed, sources = view
         recorded = False
-        for source_slot, derivative in zip(source_slots, derivatives):
+        for source, derivative in zip(sources, derivatives):
             if derivative is not None:
+                source_slot = self._slot(source) if isinstance(source, Tensor) else source
                 self._tracked.add(derivative._id)
                 out = self._new_slot(derivative)
                 self.step_views[out] = computed
