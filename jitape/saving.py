@@ -96,13 +96,14 @@ class _Writer:
         return meta
 
     def variant(self, key, concrete):
-        for leaf in key[1]:
+        # a loaded function's key is a string, as it was saved (and checked) first
+        for leaf in key[1] if not isinstance(key, str) else ():
             if leaf[0] in ("object", "variable"):
                 raise ValueError(f"jt.save: a traced variant takes a {leaf[0]} argument ({leaf}); only tensors, "
                                  f"arrays and Python numbers or strings can be saved as arguments")
         meta = self.arrays_of(concrete.code, concrete.slots, concrete.iattr, concrete.fattr, concrete.arena)
         meta.update(
-            key=repr(key),
+            key=key if isinstance(key, str) else repr(key),
             arg_slots=[[i, s] for i, s in concrete.arg_slots],
             variable_inputs=[[self.variable(v), s] for v, s in concrete.variable_inputs],
             structure=_encode_structure(concrete.structure),

@@ -121,6 +121,14 @@ def test_a_loaded_function_replays_and_differentiates_with_its_variables(tmp_pat
         g(jt.constant([1.0]))
 
 
+def test_a_loaded_function_saved_again_loads_with_the_same_traces(tmp_path):
+    path, x, value, grad = _saved(tmp_path)
+    jt.save(tmp_path / "again.npz", jt.load(path))
+    again = jt.load(tmp_path / "again.npz")
+    np.testing.assert_array_equal(again(x).numpy(), value)
+    np.testing.assert_array_equal(jt.grad(again)(x).numpy(), grad)
+
+
 def _code_key(meta):
     return meta["variants"][0]["code"]
 
