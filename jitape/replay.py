@@ -114,7 +114,7 @@ class _Trace(GradientTape):
         id_of = {slot: i for i, slot in tape._slot_of.items()}
         slot_of = self._slot_of
         computed = [slot_of.get(id_of.get(out)) for out in inner[:, 1].tolist()]
-        slots = []
+        slots, rows = [], None
         for source in sources:
             if not source._is_variable or source._id not in self.current:
                 slots.append(source)
@@ -122,7 +122,8 @@ class _Trace(GradientTape):
             # a variable assigned in the trace: the value its inner rows read, found through a row both recorded
             slot = None
             read = tape._slot_of.get(source._id, -1)
-            rows = np.frombuffer(b"".join(self._rows), np.int64).reshape(-1, 6)
+            if rows is None:
+                rows = np.frombuffer(b"".join(self._rows), np.int64).reshape(-1, 6)
             for r in np.flatnonzero((inner[:, 2:5] == read).any(axis=1) & (inner[:, 0] != oc.PLACE)).tolist():
                 both = np.flatnonzero(rows[:, 1] == (-1 if computed[r] is None else computed[r]))
                 if both.size == 1:
