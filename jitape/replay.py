@@ -282,28 +282,24 @@ class Concrete:
                 renumbered[id(view)] = kept[kept >= 0]
             computed[int(renumber[slot])] = renumbered[id(view)]
         # (position in code, target slot, [(source slot, gradient slot)], the rows of code before it that its tape
-        # recorded, which it differentiates): consecutive rows of one target and tape
+        # recorded, which it differentiates): consecutive rows of one target over the same rows
         self.gradient_steps = []
         # (position in code, kind (HOST_STEP_KINDS' name), target slot, [(source slot, derivative slot)], rows): a
-        # Hessian step has one source; consecutive Jacobian rows of one target and tape are one step
+        # Hessian step has one source; consecutive Jacobian rows of one target over the same rows are one step
         self.host_steps = []
         for r in np.flatnonzero(steps).tolist():
             position = r - int(np.sum(steps[:r]))       # the rows of code before it
             target, pair = int(code[r, oc.IN0]), (int(code[r, oc.IN1]), int(code[r, oc.OUT]))
-            view = computed[pair[1]]
-            op = int(code[r, oc.OP])
-            kind = HOST_STEP_KINDS.get(op)
+            rows = np.flatnonzero(np.isin(self.code[:position, oc.OUT], computed[pair[1]]))
+            kind = HOST_STEP_KINDS.get(int(code[r, oc.OP]))
             steps_of_kind = self.gradient_steps if kind is None else self.host_steps
             last = steps_of_kind[-1] if steps_of_kind else None
-            if last is not None and last[0] == position and last[-3] == target and last[-1][0] is view \
+            if last is not None and last[0] == position and last[-3] == target and np.array_equal(last[-1], rows) \
                     and kind != "hessian" and (kind is None or last[1] == kind):
                 last[-2].append(pair)
                 continue
-            rows = (view, np.flatnonzero(np.isin(self.code[:position, oc.OUT], view)))
             steps_of_kind.append([position, target, [pair], rows] if kind is None
                                  else [position, kind, target, [pair], rows])
-        for step in self.gradient_steps + self.host_steps:
-            step[-1] = step[-1][1]
         self.arg_slots = [(i, int(renumber[s])) for i, s in arg_slots]
         self.variable_inputs = [(v, int(renumber[s])) for v, s in var_inputs]
         for entry in outputs:

@@ -224,8 +224,8 @@ class GradientTape(Recording):
                [ 0., 12.]], dtype=float32)
         """
         self._check_hessian(target, source)
-        # inside jt.function traces the compiled sweeps may still run: a trace records them as one Hessian step
-        # of its Program (see replay.Concrete), where a gradient would run the compiled sweep (see gradient)
+        # inside jt.function traces the compiled sweeps may still run, as for a gradient: a trace records them as
+        # one Hessian step of its Program (see replay.Concrete)
         traces = self._compiled_in_traces([source])
         if self._must_record((), self._tapes_to_record_for(traces)):
             copy, grad = recorded.recording_of_gradient(self, target, source)

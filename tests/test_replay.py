@@ -326,16 +326,20 @@ def test_inner_gradients_of_a_differentiated_function_are_recorded():
     assert len(concrete.gradient_steps) == 1
 
 
-def test_a_saved_training_step_replays_in_a_loaded_function(tmp_path):
-    w = jt.Variable([0.5, -1.0])
-
+def _sgd_step(w):
+    """A jt.function taking one SGD step of w on a squared error: a gradient step, then a variable write."""
     @jt.function
     def step(x):
         with jt.GradientTape() as tape:
             loss = jt.reduce_sum(jt.square(w * x - 1.0))
         w.assign_sub(0.1 * tape.gradient(loss, w))
         return loss
+    return step
 
+
+def test_a_saved_training_step_replays_in_a_loaded_function(tmp_path):
+    w = jt.Variable([0.5, -1.0])
+    step = _sgd_step(w)
     x = jt.constant([1.0, 2.0])
     step(x)
     jt.save(tmp_path / "step.npz", step)

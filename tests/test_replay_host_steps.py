@@ -17,6 +17,7 @@ import jitape as jt
 from jitape.replay import HOST_STEP_KINDS
 from jitape_kernels import opcodes as oc
 from jitape_kernels.layout import FUSE_MIN_SIZE
+from tests.test_replay import _sgd_step
 from tests.test_saving import _rewrite as _rewrite_file
 
 L2 = 1e-3
@@ -786,14 +787,7 @@ def test_an_untouched_rewrite_of_a_file_with_host_steps_still_loads(saved_model,
 
 def test_a_format_2_file_without_host_steps_loads_and_replays(tmp_path):
     w = jt.Variable([0.5, -1.0, 2.0])
-
-    @jt.function
-    def step(x):
-        with jt.GradientTape() as tape:
-            loss = jt.reduce_sum(jt.square(w * x - 1.0))
-        w.assign_sub(0.1 * tape.gradient(loss, w))
-        return loss
-
+    step = _sgd_step(w)
     x = jt.constant([1.0, 2.0, 0.5])
     step(x)
     jt.save(tmp_path / "v3.npz", step)
