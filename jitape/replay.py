@@ -25,7 +25,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.layout import (BLOCK, HOST_STEP, REPLAY_HELD, SC_FLAGS, fused_groups, hoisted, logsumexp_stashes,
                                    reverse_groups, run_layout, scalar_runs)
-from jitape_kernels.planning import READS_ALL, derivative_plan, plan
+from jitape_kernels.planning import READS_ALL, derivative_plan, forwarded_cotangents, plan
 
 from . import calls, config, nest, recycling
 from . import backend as backends     # not `backend`: Function's argument of that name would shadow it
@@ -353,6 +353,7 @@ class Concrete:
                 live += read[read >= 0].tolist() + [target] + [slot for pair in pairs for slot in pair]
                 live += [gradient] if gradient >= 0 else []
                 continue
+            code, flags = self._forwarded(code, flags, adjoint_rows, [target] + [s for s, _ in pairs])
             step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
                               self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])
             moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], out, s] for s, out in pairs]     # out: below
@@ -624,14 +625,15 @@ class Concrete:
         if columns > 1 and self.gradient_steps:
             raise ValueError("Concrete.bind_gradient: a Jacobian step needs a variant without gradient steps")
         program, flags = self._derivative([target], sources)
+        code, flags = self._forwarded(program.code, flags, program.adjoint_rows, [target] + sources)
         rows = [int(program.adjoint_rows[s]) if s >= 0 else -1 for s in sources]
         n_code, n_moves = self._step_code.shape[0], self._moves.shape[0]
-        step = [self.code.shape[0], n_code, n_code + program.code.shape[0], program.adjoint_rows[target],
+        step = [self.code.shape[0], n_code, n_code + code.shape[0], program.adjoint_rows[target],
                 self.slots[target, oc.SIZE], n_moves, n_moves + len(sources), target]
         moves = [[row, self.slots[s, oc.SIZE] if row >= 0 else 0, -1, max(s, 0)] for row, s in zip(rows, sources)]
         adjoint_shape = (max(self._adjoint.shape[0], program.adjoint_size), columns)
         device = backends.current(backend_name)
-        steps, step_code = np.vstack([self._steps, [step]]), np.vstack([self._step_code, program.code])
+        steps, step_code = np.vstack([self._steps, [step]]), np.vstack([self._step_code, code])
         fused, places, n_scratch = self._fused, self._places, self._scratch_blocks
         if not self._fuses:
             # a differentiated variant keeps every value for its other uses; this purpose's replays need only
@@ -660,6 +662,13 @@ class Concrete:
         # a new buffer no local name holds: _bind counts its references
         self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                                   for row, s, dtype in zip(rows, sources, dtypes)])
+
+    def _forwarded(self, code, flags, adjoint_rows, pinned):
+        """A gradient step's rows and flags as its reverse sweep runs them: planning.forwarded_cotangents', the
+        step's target and sources (`pinned`; -1: none) keeping adjoint rows of their own."""
+        kept = np.zeros(self.slots.shape[0], np.bool_)
+        kept[[s for s in pinned if s >= 0]] = True
+        return forwarded_cotangents(code, flags, adjoint_rows, np.ascontiguousarray(self.slots[:, oc.SIZE]), kept)
 
     def _bind(self, purpose, adjoint, rows):
         """Bind `purpose`'s replay (see bind_gradient) to `adjoint`, its gradients' buffer."""

@@ -139,6 +139,11 @@ FIRST_ORDER_READS = tuple(_READS_BY_NAME.get(name, _READ_INPUTS | READ_OUT) for 
 DERIVATIVE_READS = tuple(bits | (READ_OUT if name in ("sin", "cos") else 0)
                          for name, bits in zip(NAMES, FIRST_ORDER_READS))
 
+# Which inputs' cotangents equal the output's, entry for entry, as bits (1 << c for input c): the reverse rule
+# copies the output's cotangent there. Where the row is such an input's only reader, a reverse-only sweep reads
+# that cotangent in the output's rows instead of copying it (planning.forwarded_cotangents).
+COTANGENT_IS_OUTPUTS = tuple({"copy": 1, "add": 3, "sub": 1}.get(name, 0) for name in NAMES)
+
 # The sweeps dispatch on contiguous opcode ranges, in this order of families; _check_table proves the table
 # has them (a new opcode in the wrong place fails at import, it can never run as its neighbour's kernel).
 UNARY_LAST = STOP_GRADIENT

@@ -22,6 +22,7 @@ from numba import types
 from numba.extending import overload
 
 from .. import njit, opcodes as oc
+from ..planning import FORWARDED
 from ..layout import (BLOCK, GUARD_BROKEN, HOST_STEP, REPLAY_HELD, SC_ATTR, SC_FLAGS, SC_IN0, SC_IN0_ADJ, SC_IN0_OFF,
                       SC_IN1, SC_IN1_ADJ, SC_IN1_OFF, SC_OP, SC_OUT_ADJ, SC_OUT_OFF, SC_RUN)
 from .elementwise import (_put, binary_forward, binary_partials, binary_reverse, binary_reverse_1d, binary_value,
@@ -805,18 +806,24 @@ def scalar_rows_reverse(operands):
 def scalar_run_reverse(operands):
     """Rows r down to r - count + 1 of a gradient step with one column, scalar elementwise rows, from their compact
     rows and planned flags (layout.scalar_runs): no slot table and no reads of `written` (its inputs' entries are
-    set as the sweep would), 40% faster than scalar_rows_reverse on a scalar chain. Addressed."""
+    set as the sweep would), 40% faster than scalar_rows_reverse on a scalar chain; a FORWARDED row (planning's)
+    only marks them. Addressed."""
     scalars, r, count, iattr, fattr, arena, flat, written = operands
     for q in range(r, r - count, -1):
         flags = scalars[q, SC_FLAGS]
         if flags == 0:      # its output's cotangent is zero
             continue
         op = scalars[q, SC_OP]
-        g = flat[scalars[q, SC_OUT_ADJ]]
-        a = arena[scalars[q, SC_IN0_OFF]]
         j0 = scalars[q, SC_IN0_ADJ]
         if j0 >= 0:
             written[scalars[q, SC_IN0]] = True
+        j1 = scalars[q, SC_IN1_ADJ]
+        if j1 >= 0:
+            written[scalars[q, SC_IN1]] = True
+        if flags & FORWARDED:       # its inputs' cotangents are its output's
+            continue
+        g = flat[scalars[q, SC_OUT_ADJ]]
+        a = arena[scalars[q, SC_IN0_OFF]]
         # set or add spelled out: through _put, whose flag varies per row here, the loop ran 1.4x slower
         if op <= oc.UNARY_LAST:
             if j0 >= 0:
@@ -827,9 +834,6 @@ def scalar_run_reverse(operands):
                 else:
                     flat[j0] += d
             continue
-        j1 = scalars[q, SC_IN1_ADJ]
-        if j1 >= 0:
-            written[scalars[q, SC_IN1]] = True
         da, db = binary_partials(op, a, arena[scalars[q, SC_IN1_OFF]], arena[scalars[q, SC_OUT_OFF]])
         if j0 >= 0:
             if flags & 2:
@@ -998,10 +1002,14 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
         return
     sets = sets_first_write(code[r, oc.OP], adjoint.shape[1], code[r, oc.IN0] != code[r, oc.IN1])
     assign0 = assign1 = False
+    forwarded = True        # every input it writes holds its cotangent in the output's rows (planning's)
     for c in range(oc.IN0, oc.IN2 + 1):
         s = code[r, c]
         j = code[r, c + oc.IN0_ADJ - oc.IN0]
-        if s >= 0 and j >= 0 and not written[s]:
+        if s >= 0 and j >= 0:
+            forwarded = forwarded and j == code[r, oc.OUT_ADJ]
+            if written[s]:
+                continue
             written[s] = True
             if sets and c == oc.IN0:
                 assign0 = True
@@ -1009,6 +1017,8 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
                 assign1 = True
             else:
                 adjoint[j:j + slots[s, oc.SIZE]] = 0
+    if forwarded:
+        return
     _reverse_instruction(code, r, slots, iattr, fattr, arena, adjoint, work, temps, homes, assign0, assign1,
                          row_kernels)
 
