@@ -25,7 +25,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.layout import (BLOCK, HOST_STEP, REPLAY_HELD, SC_FLAGS, fused_groups, hoisted, logsumexp_stashes,
                                    reverse_groups, run_layout, scalar_runs)
-from jitape_kernels.planning import READS_ALL, derivative_plan, forwarded_cotangents, plan
+from jitape_kernels.planning import READS_ALL, derivative_plan, plan
 
 from . import calls, config, nest, recycling
 from . import backend as backends     # not `backend`: Function's argument of that name would shadow it
@@ -343,9 +343,8 @@ class Concrete:
         ordered = sorted(gradient_steps + [(*step, gradient_of.get(k, -1)) for k, step in enumerate(self.host_steps)],
                          key=operator.itemgetter(0))
         for position, kind, target, pairs, rows, gradient in ordered:
-            code, adjoint_rows, adjoint_size, flags = derivative_plan(self.code[rows], self.slots,
-                                                                      np.array([target], np.int64),
-                                                                      np.array([s for s, _ in pairs], np.int64))
+            code, adjoint_rows, adjoint_size, flags, forwarded, forwarded_flags = derivative_plan(
+                self.code[rows], self.slots, np.array([target], np.int64), np.array([s for s, _ in pairs], np.int64))
             if kind is not None:
                 host_plans.append((kind, code, adjoint_rows, int(adjoint_size), target, pairs, gradient))
                 step_rows.append([position, n_code, n_code, HOST_STEP, 0, len(moves), len(moves), target])
@@ -353,7 +352,7 @@ class Concrete:
                 live += read[read >= 0].tolist() + [target] + [slot for pair in pairs for slot in pair]
                 live += [gradient] if gradient >= 0 else []
                 continue
-            code, flags = self._forwarded(code, flags, adjoint_rows, [target] + [s for s, _ in pairs])
+            code, flags = forwarded, forwarded_flags       # a gradient step only runs reverse
             step_rows.append([position, n_code, n_code + code.shape[0], adjoint_rows[target],
                               self.slots[target, oc.SIZE], len(moves), len(moves) + len(pairs), target])
             moves += [[adjoint_rows[s], self.slots[s, oc.SIZE], out, s] for s, out in pairs]     # out: below
@@ -624,8 +623,7 @@ class Concrete:
         gradients(purpose) reads them, as arrays of `dtypes` (one per source: the variant fixes them)."""
         if columns > 1 and self.gradient_steps:
             raise ValueError("Concrete.bind_gradient: a Jacobian step needs a variant without gradient steps")
-        program, flags = self._derivative([target], sources)
-        code, flags = self._forwarded(program.code, flags, program.adjoint_rows, [target] + sources)
+        program, code, flags = self._derivative([target], sources)
         rows = [int(program.adjoint_rows[s]) if s >= 0 else -1 for s in sources]
         n_code, n_moves = self._step_code.shape[0], self._moves.shape[0]
         step = [self.code.shape[0], n_code, n_code + code.shape[0], program.adjoint_rows[target],
@@ -662,13 +660,6 @@ class Concrete:
         # a new buffer no local name holds: _bind counts its references
         self._bind(purpose, np.empty(adjoint_shape, self.dtype), [(row, int(self.slots[s, oc.SIZE]), np.dtype(dtype))
                                                                   for row, s, dtype in zip(rows, sources, dtypes)])
-
-    def _forwarded(self, code, flags, adjoint_rows, pinned):
-        """A gradient step's rows and flags as its reverse sweep runs them: planning.forwarded_cotangents', the
-        step's target and sources (`pinned`; -1: none) keeping adjoint rows of their own."""
-        kept = np.zeros(self.slots.shape[0], np.bool_)
-        kept[[s for s in pinned if s >= 0]] = True
-        return forwarded_cotangents(code, flags, adjoint_rows, np.ascontiguousarray(self.slots[:, oc.SIZE]), kept)
 
     def _bind(self, purpose, adjoint, rows):
         """Bind `purpose`'s replay (see bind_gradient) to `adjoint`, its gradients' buffer."""
@@ -749,19 +740,20 @@ class Concrete:
         return self._derivative(targets, sources)[0]
 
     def _derivative(self, targets, sources):
-        """(program(targets, sources), the reverse flags of its rows: planning.derivative_plan's)."""
+        """(program(targets, sources), the rows and flags of a sweep that only runs reverse over it:
+        planning.derivative_plan's forwarded ones)."""
         if self._fuses:
             raise ValueError("Concrete.program: this variant replays in its run layout, which keeps only outputs, "
                              "guards and writes; derivatives use the Function's twin() (traced to be differentiated)")
         key = (tuple(targets), tuple(sources))
         planned = self._plans.get(key)
         if planned is None:
-            code, adjoint_rows, adjoint_size, flags = derivative_plan(
+            code, adjoint_rows, adjoint_size, _, forwarded, flags = derivative_plan(
                 self.code, self.slots, np.array(targets, np.int64), np.array(sources, np.int64))
             program = Program(code, self.slots, self.iattr, self.fattr, self.arena, adjoint_rows, int(adjoint_size),
                               np.array(targets, np.int64), np.array(sources, np.int64),
                               tuple(np.zeros(0, np.int64) for _ in sources))
-            planned = self._plans[key] = (program, flags)
+            planned = self._plans[key] = (program, forwarded, flags)
         return planned
 
 

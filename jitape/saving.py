@@ -271,7 +271,7 @@ class _Reader:
         if len(aliases) != len(sources):
             raise self.error("one alias list per source expected")
         all_sources = np.array(sources + [s for a in aliases for s in a.tolist()], np.int64)
-        planned, adjoint_rows, adjoint_size, _ = derivative_plan(code, slots, np.array(targets, np.int64),
+        planned, adjoint_rows, adjoint_size, *_ = derivative_plan(code, slots, np.array(targets, np.int64),
                                                                  all_sources)
         return Program(planned, slots, iattr, fattr, arena, adjoint_rows, int(adjoint_size),
                        np.array(targets, np.int64), np.array(sources, np.int64), aliases)

@@ -50,8 +50,9 @@ def reachability(rows, n_slots, targets, sources, values):
 def derivative_plan(code, slots, targets, sources):
     """The rows of a Program with a fixed arena layout (a replayed function) that a derivative of the targets
     w.r.t. the sources runs, with their adjoint rows filled in: (code [m, W], adjoint_rows [n_slots],
-    adjoint_size, flags [m]: reverse_flags' of the kept rows). Rows kept are those on a path from a source to a
-    target."""
+    adjoint_size, flags [m]: reverse_flags' of the kept rows, and the (code, flags) of a sweep that only runs
+    reverse over them: forwarded_cotangents', the targets and sources pinned). Rows kept are those on a path
+    from a source to a target. One compiled call for both: a replay's first gradient loads no second planner."""
     n_slots = slots.shape[0]
     need, active = reachability(code, n_slots, targets, sources, False)
     adjoint_rows = np.full(n_slots, -1, np.int64)
@@ -74,7 +75,12 @@ def derivative_plan(code, slots, targets, sources):
                 s = code[r, oc.OUT + c]
                 kept[k, oc.OUT_ADJ + c] = adjoint_rows[s] if s >= 0 else -1
             k += 1
-    return kept, adjoint_rows, adjoint_size, reverse_flags(kept, targets, n_slots)
+    flags = reverse_flags(kept, targets, n_slots)
+    pinned = np.zeros(n_slots, np.bool_)
+    _mark(pinned, targets)
+    _mark(pinned, sources)
+    forwarded, forwarded_flags = forwarded_cotangents(kept, flags, adjoint_rows, slots[:, oc.SIZE], pinned)
+    return kept, adjoint_rows, adjoint_size, flags, forwarded, forwarded_flags
 
 
 # reverse_flags' bits per row: 1, the row runs; 2 << c, input c is first written there; FORWARDED, every input it
@@ -299,7 +305,7 @@ def _free(free_start, free_size, n_free, start, size):
 @njit(cache=True, error_model="numpy")
 def forwarded_cotangents(code, flags, adjoint_rows, sizes, pinned):
     """(code, flags) for a sweep that only runs reverse over `code` (derivative_plan's rows, adjoint rows and
-    reverse_flags): where a row copies its output's cotangent into an input (opcodes.COTANGENT_IS_OUTPUTS: add,
+    reverse_flags; `sizes`: per slot): where a row copies its output's cotangent into an input (opcodes.COTANGENT_IS_OUTPUTS: add,
     sub's first input, copy) that it writes first, that is read by no other row and has the output's size, and
     that is not `pinned` (a target or a source), the input's cotangent is read in the output's adjoint rows (its
     columns in every row name those) instead of copied: nothing writes them after that row, which is the last of

@@ -1,14 +1,21 @@
 """Planning (jitape_kernels.planning): the adjoint layout of first-order Programs, whose large slots share rows
-where they are never live at once."""
+where they are never live at once; gradient steps whose adds, subs and copies forward their output's cotangent
+to inputs only they read."""
+from unittest import mock
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitape as jt
-from jitape import execute
+from jitape import execute, replay
 from jitape.program import SHARED_ROWS_MIN, lower
 from jitape_kernels import opcodes as oc
-from jitape_kernels.planning import READS_ANY_ORDER, READS_FIRST_ORDER, adjoint_layout
+from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
+from jitape_kernels.planning import FORWARDED, READS_ANY_ORDER, READS_FIRST_ORDER, adjoint_layout, derivative_plan
+
+from .test_fusion import _bits, _generated_reverse_rows
+from .test_layout import _bound_arrays, _only_variant
 
 LARGE, SMALL = SHARED_ROWS_MIN, SHARED_ROWS_MIN - 1
 
@@ -173,3 +180,178 @@ def test_per_example_gradients_of_a_program_with_shared_rows_lay_out_their_own()
     assert shared_program.adjoint_size < own_program.adjoint_size
     for s, o in zip(shared, owned):
         np.testing.assert_array_equal(s, o)
+
+
+# Programs of adds, subs and copies (identity, reshape) among other rules, each reading recent values (so some
+# have one reader, some several), an input twice, or a sum broadcast back (sizes differ)
+KINDS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "identity": lambda a, b: jt.identity(a),
+         "reshape": lambda a, b: jt.reshape(jt.reshape(a, (1, -1)), a.shape), "mul": lambda a, b: a * b,
+         "sin": lambda a, b: jt.sin(a), "scale": lambda a, b: a * 0.5, "twice": lambda a, b: a + a,
+         "broadcast": lambda a, b: a + jt.reduce_sum(b)}
+STEPS = st.lists(st.tuples(st.sampled_from(sorted(KINDS)), st.integers(0, 3), st.integers(0, 3)), min_size=1,
+                 max_size=12)
+FUSED = FUSE_MIN_SIZE + BLOCK + 3       # rows in fused reverse groups
+
+
+def _values(steps, x, w):
+    values = [x, w]
+    for kind, i, j in steps:
+        values.append(KINDS[kind](values[-1 - i % len(values)], values[-1 - j % len(values)]))
+    return values
+
+
+def _loss(steps):
+    return lambda x, w: jt.reduce_sum(_values(steps, x, w)[-1])
+
+
+def _replayed_gradients(steps, x, w, size):
+    """Per path, what it gives: a bound jt.grad replay, a tape's gradient inside a jt.function (a gradient step),
+    and for small sizes a bound jt.jacobian of the last value (K columns)."""
+    grad = jt.grad(_loss(steps), argnums=(0, 1))
+    grad(x, w), grad(x, w)      # traced, then bound
+    step = jt.function(lambda x, w: _taped(steps, x, w))
+    step(x, w)
+    found = {"jt.grad": grad(x, w), "gradient step": step(x, w)}
+    if size < FUSED:
+        jacobian = jt.jacobian(lambda x, w: _values(steps, x, w)[-1], argnums=(0, 1))
+        jacobian(x, w), jacobian(x, w)
+        found["jt.jacobian"] = jacobian(x, w)
+    return {path: [g.numpy() for g in grads] for path, grads in found.items()}
+
+
+def _taped(steps, x, w):
+    with jt.GradientTape() as tape:
+        tape.watch([x, w])
+        loss = _loss(steps)(x, w)
+    return tape.gradient(loss, [x, w], unconnected_gradients="zero")
+
+
+def _not_forwarded(code, slots, targets, sources):
+    """planning.derivative_plan whose reverse-only rows copy every cotangent."""
+    kept, adjoint_rows, adjoint_size, flags, _, _ = derivative_plan(code, slots, targets, sources)
+    return kept, adjoint_rows, adjoint_size, flags, kept, flags
+
+
+@settings(max_examples=60, deadline=None)
+@given(STEPS, st.sampled_from([(), (5,), (FUSED,)]))
+def test_forwarded_cotangents_give_every_replayed_path_the_bits_of_copies(steps, shape):
+    """A gradient step's rows with forwarded cotangents (scalar runs, rows one by one, fused reverse groups by
+    blocks, K columns) give the bits of the same step that copies them, and the eager tape's gradients."""
+    rng = np.random.default_rng(len(steps))
+    x, w = (jt.constant(rng.uniform(-1.0, 1.0, shape)) for _ in range(2))
+    runs = jt.config.fused_kernel_runs
+    jt.config.fused_kernel_runs = None      # the generated kernels: test_a_generated_reverse_kernel_...
+    try:
+        forwarded = _replayed_gradients(steps, x, w, int(np.prod(shape)))
+        with mock.patch.object(replay, "derivative_plan", _not_forwarded):
+            copied = _replayed_gradients(steps, x, w, int(np.prod(shape)))
+    finally:
+        jt.config.fused_kernel_runs = runs
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch([x, w])
+        last = _values(steps, x, w)[-1]
+        loss = jt.reduce_sum(last)
+    eager = {"jt.grad": tape.gradient(loss, [x, w], unconnected_gradients="zero")}
+    eager["gradient step"] = eager["jt.grad"]
+    if "jt.jacobian" in forwarded:
+        eager["jt.jacobian"] = tape.jacobian(last, [x, w], unconnected_gradients="zero")
+    for path, grads in forwarded.items():
+        for got, want, reference in zip(grads, copied[path], eager[path]):
+            np.testing.assert_array_equal(_bits(got), _bits(want))
+            np.testing.assert_allclose(got, reference.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def _bound_grad(f, x, w):
+    """jt.grad of f w.r.t. both arguments, traced and bound (its second call), with the arrays its replays run."""
+    function = replay.Function(f, differentiated=True)
+    grad = jt.grad(function, argnums=(0, 1))
+    grad(x, w), grad(x, w)
+    return grad, _bound_arrays(_only_variant(function))
+
+
+def test_a_scalar_chain_s_step_forwards_every_add_s_cotangent_and_only_there():
+    """W1's y = sin(y) * x + 0.5 * y: each add writes two inputs only it reads, which hold their cotangents in its
+    output's rows (FORWARDED: the row computes nothing); the mul's, sin's and scale's inputs keep rows of their
+    own; x (a source, read by every mul) is never forwarded."""
+    def chain(x, w):
+        y = x
+        for _ in range(5):
+            y = jt.sin(y) * x + 0.5 * y
+        return y * w
+
+    x, w = jt.constant(0.3, dtype="float64"), jt.constant(1.5, dtype="float64")
+    grad, arrays = _bound_grad(chain, x, w)
+    code, flags = arrays["step_code"], arrays["step_scalars"][:, -1]
+    adds = code[:, oc.OP] == oc.ADD
+    assert adds.sum() == 5 and (flags[adds] & FORWARDED).all() and not (flags[~adds] & FORWARDED).any()
+    for c in (0, 1):
+        assert (code[adds, oc.IN0_ADJ + c] == code[adds, oc.OUT_ADJ]).all()
+    kept = ~adds
+    assert (code[kept, oc.IN0_ADJ] != code[kept, oc.OUT_ADJ]).all()
+    assert set(code[code[:, oc.IN1] == 0, oc.IN1_ADJ].tolist()) == {code[code[:, oc.IN0] == 0, oc.IN0_ADJ][0]}
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch([x, w])
+        y = chain(x, w)
+    for got, want in zip(grad(x, w), tape.gradient(y, [x, w])):
+        np.testing.assert_allclose(float(got), float(want), rtol=1e-14)
+
+
+def test_inputs_read_twice_broadcast_or_pinned_keep_rows_of_their_own():
+    """Exactly the inputs of the rule are forwarded: an add's, a sub's first or a copy's input that only that row
+    reads, of its output's size, neither the target nor a source. Not x + x's (two reads), a sub's second (its
+    cotangent is negated), a scalar's broadcast to the sum's size, nor a source read once by an add."""
+    def f(x, w):
+        a = jt.sin(x)
+        c = jt.cos(x) - jt.exp(w)
+        return jt.reduce_sum(jt.identity(a + a) + jt.reduce_sum(c) + (x + w))
+
+    x, w = jt.constant(np.linspace(0.0, 1.0, 4)), jt.constant(np.linspace(1.0, 2.0, 4))
+    grad, arrays = _bound_grad(f, x, w)
+    code, sizes = arrays["step_code"], arrays["slots"][:, oc.SIZE]
+    pinned = set(arrays["moves"][:, 3].tolist()) | set(arrays["steps"][:, 7].tolist())
+    readers = np.bincount(code[:, oc.IN0:oc.IN2 + 1][code[:, oc.IN0:oc.IN2 + 1] >= 0], minlength=sizes.size)
+    forwarded = set()
+    for r in range(code.shape[0]):
+        op, out = int(code[r, oc.OP]), code[r, oc.OUT]
+        for c in range(3):
+            s = code[r, oc.IN0 + c]
+            if s < 0 or code[r, oc.IN0_ADJ + c] < 0:
+                continue
+            rule = (oc.COTANGENT_IS_OUTPUTS[op] >> c & 1 and readers[s] == 1 and int(s) not in pinned
+                    and sizes[s] == sizes[out])
+            assert (code[r, oc.IN0_ADJ + c] == code[r, oc.OUT_ADJ]) == bool(rule)
+            if rule:
+                forwarded.add((oc.NAMES[op], c))
+    assert {("sub", 0), ("copy", 0), ("add", 0)} <= forwarded and ("sub", 1) not in forwarded
+    a_plus_a = (code[:, oc.OP] == oc.ADD) & (code[:, oc.IN0] == code[:, oc.IN1])
+    sources_added = (code[:, oc.OP] == oc.ADD) & np.isin(code[:, oc.IN0], sorted(pinned))
+    assert a_plus_a.sum() == 1 and sources_added.sum() == 1
+    with jt.GradientTape(persistent=True) as tape:
+        tape.watch([x, w])
+        y = f(x, w)
+    for got, want in zip(grad(x, w), tape.gradient(y, [x, w])):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-14)
+
+
+def test_a_generated_reverse_kernel_with_forwarded_cotangents_gives_the_block_path_s_bits(kernels_at):
+    """A fused reverse group whose adds forward cotangents, by a generated kernel and block by block."""
+    rng = np.random.default_rng(2)
+    x, w = (jt.constant(rng.uniform(-1.0, 1.0, FUSED).astype(np.float32)) for _ in range(2))
+
+    def f(x, w):
+        u = jt.tanh(x) * w + x * 0.5        # rules generated kernels have (not sin's)
+        v = jt.identity(u * u) + jt.exp(w)
+        return jt.reduce_sum(v - u)
+
+    results = {}
+    for runs in (None, 1):
+        kernels_at(runs)
+        function = replay.Function(f, differentiated=True)
+        grad = jt.grad(function, argnums=(0, 1))
+        grad(x, w), grad(x, w)      # traced, then bound
+        results[runs] = [g.numpy() for g in grad(x, w)]
+        arrays = _bound_arrays(_only_variant(function))
+        assert (arrays["step_scalars"][:, -1] & FORWARDED).any()
+    assert {oc.ADD, oc.COPY, oc.SUB} <= _generated_reverse_rows(arrays)
+    for got, want in zip(results[1], results[None]):
+        np.testing.assert_array_equal(_bits(got), _bits(want))

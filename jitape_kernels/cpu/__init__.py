@@ -5,14 +5,14 @@ import numpy as np
 from .. import opcodes as oc
 from .batch import first_row_mixing, per_example_plan, per_example_sweep, per_example_temps
 from .tangents import second_order_sweep, tangent_sweep
-from ..planning import derivative_plan, forwarded_cotangents, plan
+from ..planning import derivative_plan, plan
 from .interpreter import forward_sweep, planned_temps, replay_sweep, reverse_sweep
 from .elementwise import strided_arithmetic
 from .fusion import GroupKernels
 from .optimizers import adam_step, sgd_momentum_step
 from .reduction import short_row_sums
-from .samples import (derivative_plan_arguments, empty_program, forwarded_cotangents_arguments, plan_arguments,
-                      planned_temps_arguments, read_only, replay_arrays, reverse_arrays, second_order_arrays, tangent_arrays)
+from .samples import (derivative_plan_arguments, empty_program, plan_arguments, planned_temps_arguments, read_only,
+                      replay_arrays, reverse_arrays, second_order_arrays, tangent_arrays)
 from .compile_ahead import cold_start
 from . import row_kernels
 from .row_kernels import (empty_table, forward_kernels, replay_kernels, reverse_kernels, second_order_kernels,
@@ -129,7 +129,6 @@ def _planning_steps():
     """The steps compiling the planners, which take no dtype."""
     return [("plan", lambda: plan(*plan_arguments())),
             ("derivative_plan", lambda: derivative_plan(*derivative_plan_arguments())),
-            ("forwarded_cotangents", lambda: forwarded_cotangents(*forwarded_cotangents_arguments())),
             ("first_row_mixing", lambda: first_row_mixing(np.zeros((0, oc.W), np.int64),
                                                           np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), 2,
                                                           np.zeros(0, np.int64), -1)),

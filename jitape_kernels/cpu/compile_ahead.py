@@ -19,11 +19,11 @@ from numba import typeof
 from .. import cache_empty, opcodes as oc
 from ..layout import FUSE_MIN_SIZE
 from ..parallel_compile import side_by_side, workers_run
-from ..planning import derivative_plan, forwarded_cotangents, plan
+from ..planning import derivative_plan, plan
 from . import row_kernels
 from .interpreter import planned_temps, replay_sweep, reverse_sweep
-from .samples import (derivative_plan_arguments, forwarded_cotangents_arguments, plan_arguments, planned_temps_arguments,
-                      replay_arrays, reverse_arrays, second_order_arrays, tangent_arrays)
+from .samples import (derivative_plan_arguments, plan_arguments, planned_temps_arguments, replay_arrays, reverse_arrays,
+                      second_order_arrays, tangent_arrays)
 from .tangents import second_order_sweep, tangent_sweep
 
 REVERSE = "reverse"     # reverse_sweep over a tape's Program, one cotangent column (a gradient)
@@ -85,12 +85,10 @@ def _sweep_pair(sweep, dtype):
 
 
 def _planner_pairs(sweeps):
-    """The planners' pairs: every Program's, and derivative_plan and forwarded_cotangents where gradient steps
-    are planned."""
+    """The planners' pairs: every Program's, and derivative_plan where gradient steps are planned."""
     planners = [(plan, plan_arguments()), (planned_temps, planned_temps_arguments())]
     if STEPS in sweeps:
-        planners += [(derivative_plan, derivative_plan_arguments()),
-                     (forwarded_cotangents, forwarded_cotangents_arguments())]
+        planners.append((derivative_plan, derivative_plan_arguments()))
     return [(planner, tuple(map(planner.typeof_pyval, arguments))) for planner, arguments in planners]
 
 

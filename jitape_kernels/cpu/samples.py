@@ -62,10 +62,5 @@ def derivative_plan_arguments():
     return np.zeros((0, oc.W), np.int64), np.zeros((0, oc.S), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
 
 
-def forwarded_cotangents_arguments():
-    return (np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
-            np.zeros(0, np.bool_))
-
-
 def planned_temps_arguments():
     return np.zeros((0, oc.W), np.int64), np.zeros(0, np.int64)
