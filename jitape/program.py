@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jitape_kernels import opcodes as oc
-from jitape_kernels.planning import READS_ALL, READS_ANY_ORDER, READS_FIRST_ORDER, plan
+from jitape_kernels.planning import READS_ALL, READS_ANY_ORDER, READS_FIRST_ORDER, READS_REVERSE, plan
 
 from . import config, recycling
 
@@ -228,7 +228,7 @@ class _Plan:
         self.source_aliases = tuple(np.array(a, np.int64) for a in aliases)
         self.code, self.slots, self.adjoint_rows, scalar_slots, self.array_slots, arena_size, adjoint_size, \
             is_float64 = plan(rows, slot_rows, self.targets, np.concatenate((self.sources, *self.source_aliases)),
-                              False, reads, SHARED_ROWS_MIN if reads == READS_FIRST_ORDER else 0)
+                              False, reads, SHARED_ROWS_MIN if reads in (READS_FIRST_ORDER, READS_REVERSE) else 0)
         self.fill = arena_fill(self.slots, scalar_slots, self.array_slots)
         self.arena_size, self.adjoint_size = int(arena_size), int(adjoint_size)
         self.dtype = np.dtype(np.float64 if is_float64 else np.float32)
@@ -236,8 +236,8 @@ class _Plan:
         self.memo = {}
 
 
-# A first-order Program's (READS_FIRST_ORDER: a non-persistent tape's gradient or Jacobians) slots of at least this
-# many entries (8 KB of float64) share adjoint rows where their cotangents are never live at once
+# A first-order Program's (READS_FIRST_ORDER, READS_REVERSE: a non-persistent tape's Jacobians or gradient) slots of
+# at least this many entries (8 KB of float64) share adjoint rows where their cotangents are never live at once
 # (planning.adjoint_layout), so a large sweep reuses rows still in cache; smaller ones, a few cache lines each, keep
 # rows of their own. Other Programs own every row: a persistent tape's keep cotangents a second-order sweep reads
 SHARED_ROWS_MIN = 1024

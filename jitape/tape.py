@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from jitape_kernels.planning import READS_FIRST_ORDER
+from jitape_kernels.planning import READS_FIRST_ORDER, READS_REVERSE
 
 from . import nest, recorded
 from .backend import HESSIAN_SWEEPS
@@ -65,7 +65,7 @@ class GradientTape(Recording):
         if must_record:
             found = recorded.gradient(self, targets, seeds or _seed_list(targets, None), float_sources)
         else:
-            program = lowered(self, targets, float_sources, READS_FIRST_ORDER, sweeps=("reverse",))
+            program = lowered(self, targets, float_sources, READS_REVERSE, sweeps=("reverse",))
             found = source_gradients(program, seeds, float_sources)
             for trace, view in traces or ():
                 trace.record_gradient(targets[0], found, view)

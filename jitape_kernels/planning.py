@@ -89,8 +89,9 @@ FORWARDED = 16
 
 # What of the recorded values plan() lays out to be copied into the arena: every used slot's, or only those read
 # by the derivative rules of the Program's kept rows: first-order sweeps' (opcodes.FIRST_ORDER_READS), or the
-# sweeps' of every order (opcodes.DERIVATIVE_READS)
-READS_ALL, READS_FIRST_ORDER, READS_ANY_ORDER = 0, 1, 2
+# sweeps' of every order (opcodes.DERIVATIVE_READS). READS_REVERSE: first-order reverse sweeps only (a
+# non-persistent tape's gradient), whose forwarded cotangents (cotangent_homes) share their output's rows
+READS_ALL, READS_FIRST_ORDER, READS_ANY_ORDER, READS_REVERSE = 0, 1, 2, 3
 
 
 @njit(cache=True, error_model="numpy")
@@ -101,9 +102,10 @@ def plan(records, slot_rows, targets, sources, values, reads, share_from):
     slot_rows [n_slots, 3 + MAXRANK] (size, rank, is_float64, dims...) as recorded
     targets, sources: slots (-1 entries, for tensors the tape did not record, are skipped)
     values: keep the rows the targets' values need (a replayed function), not only their derivatives' rows
-    reads: READS_ALL, or which derivative rules will run (READS_FIRST_ORDER, READS_ANY_ORDER): the values no
-    kept row's rules read are laid out last in the arena (in slot order) and left out of
-    scalar_slots/array_slots, so they are never copied
+    reads: READS_ALL, or which derivative rules will run (READS_FIRST_ORDER, READS_ANY_ORDER, READS_REVERSE): the
+    values no kept row's rules read are laid out last in the arena (in slot order) and left out of
+    scalar_slots/array_slots, so they are never copied; with READS_REVERSE, forwarded cotangents (cotangent_homes)
+    are read in their home's adjoint rows
     share_from: slots of at least this many entries share adjoint rows where never live at once (see
     adjoint_layout; 0: none do)
     Returns (code [m, W], slots [n_slots, S], adjoint_rows [n_slots], scalar_slots,
@@ -133,7 +135,7 @@ def plan(records, slot_rows, targets, sources, values, reads, share_from):
         if pinned[s]:
             used[s] = True
     if reads != READS_ALL:
-        table = oc.FIRST_ORDER_READS if reads == READS_FIRST_ORDER else oc.DERIVATIVE_READS
+        table = oc.DERIVATIVE_READS if reads == READS_ANY_ORDER else oc.FIRST_ORDER_READS
         read = np.zeros(n_slots, np.bool_)
         for r in range(n):
             if keep[r]:
@@ -200,7 +202,10 @@ def plan(records, slot_rows, targets, sources, values, reads, share_from):
     for s in range(n_slots):
         if used[s] and need[s] and active[s]:
             adjoint_rows[s] = 0     # active: its row is laid out below
-    adjoint_size = adjoint_layout(code, slot_rows[:, 0], adjoint_rows, pinned, share_from)
+    home = np.arange(n_slots)
+    if reads == READS_REVERSE:      # every row may run and write its inputs first (the sweep's `written` decides)
+        home, _ = cotangent_homes(code, np.full(m, 15, np.int64), adjoint_rows >= 0, slot_rows[:, 0], pinned)
+    adjoint_size = adjoint_layout(code, slot_rows[:, 0], adjoint_rows, pinned, share_from, home)
     for k in range(m):
         for c in range(4):
             s = code[k, oc.OUT + c]
@@ -210,7 +215,7 @@ def plan(records, slot_rows, targets, sources, values, reads, share_from):
 
 
 @njit(cache=True, error_model="numpy")
-def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from):
+def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from, home):
     """Lay out the adjoint rows of the active slots (adjoint_rows[s] >= 0 on entry; set to each slot's first row)
     and return the adjoint's size. Slots of at least `share_from` entries (0: none) share rows where they are
     never live at once, for Programs whose sweeps are first-order (reverse and tangent sweeps, never a
@@ -219,23 +224,25 @@ def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from):
     first writes its cotangent), both included, and the `pinned` slots' (targets, sources: seeded before a sweep
     or read after it) always. A dead slot's rows hold what another slot left, as a new workspace buffer holds
     what an earlier sweep left: every sweep writes a slot's rows before it reads them. A large sweep thus reuses
-    rows still in cache (W8's adjoint 1.87 -> 0.83 M entries)."""
+    rows still in cache (W8's adjoint 1.87 -> 0.83 M entries). home: per slot, the slot whose rows hold its
+    cotangent (cotangent_homes'; itself where none forwards it): a home's rows serve every slot it holds, live
+    from the first of them written to the last read."""
     n_slots = adjoint_rows.shape[0]
     m = code.shape[0]
     first = np.full(n_slots, m, np.int64)
     last = np.full(n_slots, -1, np.int64)
     for k in range(m if share_from > 0 else 0):     # lifetimes, where rows may be shared
-        out = code[k, oc.OUT]
+        out = home[code[k, oc.OUT]]
         first[out] = min(first[out], k)
         for c in range(3):
             s = code[k, oc.IN0 + c]
             if s >= 0:
-                last[s] = max(last[s], k)
+                last[home[s]] = max(last[home[s]], k)
     shared = np.zeros(n_slots, np.bool_)
     size = 0
     n_shared = 0
     for s in range(n_slots):
-        if adjoint_rows[s] < 0:
+        if adjoint_rows[s] < 0 or home[s] != s:     # a forwarded slot: its home's rows (below)
             continue
         if 0 < share_from <= sizes[s] and not pinned[s] and first[s] < m and first[s] <= last[s]:
             shared[s] = True
@@ -244,7 +251,7 @@ def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from):
             adjoint_rows[s] = size
             size += sizes[s]
     if n_shared == 0:
-        return size
+        return _homes_rows(adjoint_rows, home, size)
     # free blocks of the shared region, (start, size) unordered, adjacent ones merged; row by row, a shared slot
     # takes a block where its first writer runs and gives it back after its last reader (not sooner: the reverse
     # rule of that row reads one and writes the other)
@@ -253,7 +260,7 @@ def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from):
     n_free = 0
     top = size          # the shared region's end
     for k in range(m):
-        s = code[k, oc.OUT]
+        s = home[code[k, oc.OUT]]
         if shared[s] and first[s] == k:
             need = sizes[s]
             best = -1
@@ -279,10 +286,20 @@ def adjoint_layout(code, sizes, adjoint_rows, pinned, share_from):
                     free_start[best], free_size[best] = free_start[n_free], free_size[n_free]
         for c in range(3):
             s = code[k, oc.IN0 + c]
-            if s >= 0 and shared[s] and last[s] == k:
+            if s >= 0 and shared[home[s]] and last[home[s]] == k:
+                s = home[s]
                 shared[s] = False       # given back once (x * x reads x twice)
                 n_free = _free(free_start, free_size, n_free, adjoint_rows[s], sizes[s])
-    return top
+    return _homes_rows(adjoint_rows, home, top)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _homes_rows(adjoint_rows, home, size):
+    """Give each forwarded active slot its home's adjoint rows; return `size`."""
+    for s in range(adjoint_rows.shape[0]):
+        if adjoint_rows[s] >= 0 and home[s] != s:
+            adjoint_rows[s] = adjoint_rows[home[s]]
+    return size
 
 
 @njit(cache=True, error_model="numpy")
@@ -303,15 +320,17 @@ def _free(free_start, free_size, n_free, start, size):
 
 
 @njit(cache=True, error_model="numpy")
-def forwarded_cotangents(code, flags, adjoint_rows, sizes, pinned):
-    """(code, flags) for a sweep that only runs reverse over `code` (derivative_plan's rows, adjoint rows and
-    reverse_flags; `sizes`: per slot): where a row copies its output's cotangent into an input (opcodes.COTANGENT_IS_OUTPUTS: add,
-    sub's first input, copy) that it writes first, that is read by no other row and has the output's size, and
-    that is not `pinned` (a target or a source), the input's cotangent is read in the output's adjoint rows (its
-    columns in every row name those) instead of copied: nothing writes them after that row, which is the last of
-    the sweep to read the output's. Where every input the row writes is such, its flags gain FORWARDED (the row
-    only marks them written). A scalar chain's sweep then carries no copy on its path (W1's y = m + h: 20 -> 16
-    us). Not for tangent or second-order sweeps: their inputs' tangents are distinct values."""
+def cotangent_homes(code, flags, active, sizes, pinned):
+    """(home, flags) for a sweep that only runs reverse over `code` (rows of a Program; flags: reverse_flags'
+    bits per row; active, sizes, pinned: per slot): where a row copies its output's cotangent into an input
+    (opcodes.COTANGENT_IS_OUTPUTS: add, sub's first input, copy) that it writes first, that is read by no other
+    row and has the output's size, and that is not `pinned` (a target or a source), the input's cotangent is
+    kept in the output's adjoint rows instead of copied there: nothing writes them after that row, which is the
+    last of the sweep to read the output's. home: per slot, the slot whose rows hold its cotangent (itself, or
+    its chain of such rows' last output). Where every input the row writes is such, its flags gain FORWARDED
+    (the row only marks them written). A scalar chain's sweep then carries no copy on its path (W1's
+    y = m + h: 20 -> 16 us). Not for tangent or second-order sweeps: their inputs' tangents are distinct
+    values."""
     m = code.shape[0]
     n_slots = sizes.shape[0]
     readers = np.zeros(n_slots, np.int64)
@@ -320,7 +339,7 @@ def forwarded_cotangents(code, flags, adjoint_rows, sizes, pinned):
             s = code[r, oc.IN0 + c]
             if s >= 0:
                 readers[s] += 1
-    home = np.arange(n_slots)       # per slot, the slot whose adjoint rows hold its cotangent
+    home = np.arange(n_slots)
     forwarded_flags = flags.copy()
     for r in range(m - 1, -1, -1):      # sweep order: an output's home is known before its inputs'
         if flags[r] & 1 == 0:
@@ -331,7 +350,7 @@ def forwarded_cotangents(code, flags, adjoint_rows, sizes, pinned):
         writes = False
         for c in range(3):
             s = code[r, oc.IN0 + c]
-            if s < 0 or code[r, oc.IN0_ADJ + c] < 0:
+            if s < 0 or not active[s]:
                 continue
             writes = True
             if bits & (1 << c) and flags[r] & (2 << c) and readers[s] == 1 and not pinned[s] \
@@ -341,8 +360,17 @@ def forwarded_cotangents(code, flags, adjoint_rows, sizes, pinned):
                 every = False
         if writes and every:
             forwarded_flags[r] |= FORWARDED
+    return home, forwarded_flags
+
+
+@njit(cache=True, error_model="numpy")
+def forwarded_cotangents(code, flags, adjoint_rows, sizes, pinned):
+    """derivative_plan's rows (`code`, its `adjoint_rows`) and flags for a sweep that only runs reverse over
+    them: cotangent_homes', each slot's adjoint columns naming its home's rows (a forwarded slot's own rows are
+    left unused)."""
+    home, forwarded_flags = cotangent_homes(code, flags, adjoint_rows >= 0, sizes, pinned)
     forwarded = code.copy()
-    for r in range(m):
+    for r in range(code.shape[0]):
         for c in range(4):
             s = code[r, oc.OUT + c]
             if s >= 0 and code[r, oc.OUT_ADJ + c] >= 0:

@@ -12,7 +12,8 @@ from jitape import execute, replay
 from jitape.program import SHARED_ROWS_MIN, lower
 from jitape_kernels import opcodes as oc
 from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
-from jitape_kernels.planning import FORWARDED, READS_ANY_ORDER, READS_FIRST_ORDER, adjoint_layout, derivative_plan
+from jitape_kernels.planning import (FORWARDED, READS_ANY_ORDER, READS_FIRST_ORDER, READS_REVERSE, adjoint_layout,
+                                     cotangent_homes, derivative_plan)
 
 from .test_fusion import _bits, _generated_reverse_rows
 from .test_layout import _bound_arrays, _only_variant
@@ -78,10 +79,10 @@ def test_slots_that_share_adjoint_rows_are_never_live_at_once(recording):
     active[inactive] = -1
     total_active = sizes[active >= 0].sum()
     unshared = active.copy()
-    assert adjoint_layout(code, sizes, unshared, pinned, 0) == total_active
+    assert adjoint_layout(code, sizes, unshared, pinned, 0, np.arange(n_slots)) == total_active
     assert (unshared[inactive] == -1).all()
     layout = active.copy()
-    total = adjoint_layout(code, sizes, layout, pinned, LARGE)
+    total = adjoint_layout(code, sizes, layout, pinned, LARGE, np.arange(n_slots))
     assert total <= total_active and (layout[inactive] == -1).all()
     used = np.flatnonzero(layout >= 0)
     assert (layout[used] + sizes[used] <= total).all()
@@ -92,6 +93,29 @@ def test_slots_that_share_adjoint_rows_are_never_live_at_once(recording):
                 assert not pinned[a] and not pinned[b] and sizes[a] >= LARGE and sizes[b] >= LARGE
                 (first_a, last_a), (first_b, last_b) = live[a], live[b]
                 assert last_a < first_b or last_b < first_a
+    # every row an add: the inputs only it reads, of its output's size and unpinned, keep their cotangents in its
+    # output's rows (a chain of such rows: in its last output's); a home's rows are live from the first of its
+    # slots written to the last read, and two homes whose rows overlap are never live at once
+    code[:, oc.OP] = oc.ADD
+    home, _ = cotangent_homes(code, np.full(code.shape[0], 15, np.int64), active >= 0, sizes, pinned)
+    homed = active.copy()
+    assert adjoint_layout(code, sizes, homed, pinned, LARGE, home) <= total_active
+    assert (homed[inactive] == -1).all() and (homed[used] == homed[home[used]]).all()
+    readers = np.bincount(code[:, oc.IN0:oc.IN2 + 1][code[:, oc.IN0:oc.IN2 + 1] >= 0], minlength=n_slots)
+    for s in used[home[used] != used]:
+        (k,) = np.flatnonzero((code[:, oc.IN0:oc.IN2 + 1] == s).any(axis=1))
+        assert readers[s] == 1 and not pinned[s] and sizes[s] == sizes[code[k, oc.OUT]]
+    spans, m = {}, code.shape[0]
+    for s in used:
+        first, last = live[s]
+        lo, hi = spans.get(home[s], (m, -1))
+        spans[home[s]] = (min(lo, m if first is None else first), max(hi, -1 if last is None else last))
+    roots = sorted(spans)
+    for i, a in enumerate(roots):
+        for b in roots[i + 1:]:
+            if homed[a] < homed[b] + sizes[b] and homed[b] < homed[a] + sizes[a]:
+                assert not pinned[a] and not pinned[b] and sizes[a] >= LARGE and sizes[b] >= LARGE
+                assert spans[a][1] < spans[b][0] or spans[b][1] < spans[a][0]
 
 
 def test_a_chain_of_large_ops_needs_the_rows_of_two_slots_and_inactive_slots_get_none():
@@ -101,10 +125,10 @@ def test_a_chain_of_large_ops_needs_the_rows_of_two_slots_and_inactive_slots_get
     sizes = np.array([LARGE, LARGE, LARGE, LARGE, LARGE, 1], np.int64)
     layout = np.zeros(6, np.int64)
     pinned = np.array([True, False, False, False, False, True])
-    assert adjoint_layout(code, sizes, layout, pinned, LARGE) == 3 * LARGE + 1
+    assert adjoint_layout(code, sizes, layout, pinned, LARGE, np.arange(6)) == 3 * LARGE + 1
     assert len({layout[1], layout[2]}) == 2 and layout[3] == layout[1] and layout[4] == layout[2]
     inactive = np.array([0, -1, 0, 0, 0, 0], np.int64)
-    adjoint_layout(code, sizes, inactive, pinned, LARGE)
+    adjoint_layout(code, sizes, inactive, pinned, LARGE, np.arange(6))
     assert inactive[1] == -1
 
 
@@ -355,3 +379,33 @@ def test_a_generated_reverse_kernel_with_forwarded_cotangents_gives_the_block_pa
     assert {oc.ADD, oc.COPY, oc.SUB} <= _generated_reverse_rows(arrays)
     for got, want in zip(results[1], results[None]):
         np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@settings(max_examples=60, deadline=None)
+@given(STEPS, st.sampled_from([(), (5,), (LARGE + 3,)]))
+def test_a_tape_s_gradient_over_forwarded_and_shared_rows_gives_a_persistent_tape_s_bits(steps, shape):
+    """A non-persistent tape's gradient (READS_REVERSE: forwarded cotangents, large slots' rows shared) and a
+    persistent tape's (every slot's rows its own, nothing forwarded) are the same bits, rows run one by one or
+    by the scalar loops; its Program forwards where the rule says."""
+    rng = np.random.default_rng(len(steps))
+    x, w = (jt.constant(rng.uniform(-1.0, 1.0, shape)) for _ in range(2))
+    found = {}
+    for persistent in (False, True):
+        with jt.GradientTape(persistent=persistent) as tape:
+            tape.watch([x, w])
+            loss = _loss(steps)(x, w)
+        if not persistent:
+            program = lower(tape, [loss], [x, w], reads=READS_REVERSE)
+        found[persistent] = [g.numpy() for g in tape.gradient(loss, [x, w], unconnected_gradients="zero")]
+    for got, want in zip(found[False], found[True]):
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    code, sizes = program.code, program.slots[:, oc.SIZE]
+    readers = np.bincount(code[:, oc.IN0:oc.IN2 + 1][code[:, oc.IN0:oc.IN2 + 1] >= 0], minlength=sizes.size)
+    pinned = set(program.targets.tolist()) | set(program.sources.tolist())
+    for r in range(code.shape[0]):
+        for c in range(3):
+            s = code[r, oc.IN0 + c]
+            if s >= 0 and code[r, oc.IN0_ADJ + c] >= 0:
+                rule = (oc.COTANGENT_IS_OUTPUTS[code[r, oc.OP]] >> c & 1 and readers[s] == 1
+                        and int(s) not in pinned and sizes[s] == sizes[code[r, oc.OUT]])
+                assert (code[r, oc.IN0_ADJ + c] == code[r, oc.OUT_ADJ]) == bool(rule)

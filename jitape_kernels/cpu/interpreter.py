@@ -1002,12 +1002,17 @@ def _reverse_row(code, r, slots, iattr, fattr, arena, adjoint, written, work, te
         return
     sets = sets_first_write(code[r, oc.OP], adjoint.shape[1], code[r, oc.IN0] != code[r, oc.IN1])
     assign0 = assign1 = False
-    forwarded = True        # every input it writes holds its cotangent in the output's rows (planning's)
+    # whether every input it writes holds its cotangent in the output's rows (planning.cotangent_homes): an input
+    # its rule copies the output's cotangent to, of the output's size, in the same rows (rows of another slot
+    # live at this row are others, but where both are empty)
+    forwards = oc.COTANGENT_IS_OUTPUTS[code[r, oc.OP]]
+    forwarded = forwards != 0
     for c in range(oc.IN0, oc.IN2 + 1):
         s = code[r, c]
         j = code[r, c + oc.IN0_ADJ - oc.IN0]
         if s >= 0 and j >= 0:
-            forwarded = forwarded and j == code[r, oc.OUT_ADJ]
+            forwarded = forwarded and forwards >> (c - oc.IN0) & 1 == 1 and j == code[r, oc.OUT_ADJ] \
+                and slots[s, oc.SIZE] == slots[code[r, oc.OUT], oc.SIZE]
             if written[s]:
                 continue
             written[s] = True
