@@ -107,8 +107,8 @@ class _Call:
     """One call of f through its jt.function: the variant replayed (or traced), its outputs and the slots
     of the differentiated leaves."""
 
-    def __init__(self, fn, args, kwargs, nums, purpose=None, sweeps=()):
-        concrete, leaves, traced = fn.replay(args, kwargs, purpose, sweeps)
+    def __init__(self, fn, args, kwargs, nums, purpose=None, sweeps=(), bound_later=False):
+        concrete, leaves, traced = fn.replay(args, kwargs, purpose, sweeps, bound_later)
         if concrete.gradient_steps or concrete.host_steps:
             raise ValueError(f"{fn.__name__!r} takes derivatives inside with the compiled sweeps (a loaded "
                              f"function): its Program cannot be differentiated; differentiate the Python function "
@@ -242,7 +242,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
         if taken is not None:
             return taken
         # a first call's gradient: a reverse sweep over the trace, then a replay with gradient steps bound
-        call = _Call(fn, args, kwargs, nums, purpose, ("reverse", "replay", "steps"))
+        call = _Call(fn, args, kwargs, nums, purpose, ("reverse", "replay", "steps"), bound_later=True)
         value = _value(call.outputs, has_aux, "value_and_grad")
         target = call.target(value, "value_and_grad")
         packing = call.packing(many, lambda t: t.shape)

@@ -986,16 +986,18 @@ class Function:
         """A differentiable Function of `python_function` with this one's settings."""
         return Function(python_function, self.retrace_warning, self.backend, differentiated=True)
 
-    def replay(self, args, kwargs, purpose=None, sweeps=()):
+    def replay(self, args, kwargs, purpose=None, sweeps=(), bound_later=False):
         """(the variant that ran, the flat argument leaves, None) with the variant's arena holding every value
         of the call and its variable writes not yet done; when this call traced, the variant traced, its
         arena holding the call's values, and (the outputs,): the call already ran in Python. purpose: a
         gradient the variant may have bound (Concrete.bind_gradient) to take in the same call, or OUTPUTS
-        (see Concrete.run). sweeps: those a call that traces runs next (see Backend.cold_start)."""
+        (see Concrete.run). sweeps: those a call that traces runs next (see Backend.cold_start). bound_later: the
+        caller binds `purpose` after a call that traced, and later calls replay that (a variant traced then binds
+        no plain replay now: jt.grad's first call, 2 of 20 ms of W1's)."""
         key, leaves = signature(args, kwargs)
-        return self._replay(key, leaves, args, kwargs, purpose, sweeps=sweeps)
+        return self._replay(key, leaves, args, kwargs, purpose, sweeps=sweeps, bound_later=bound_later)
 
-    def _replay(self, key, leaves, args, kwargs, purpose, first=0, sweeps=()):
+    def _replay(self, key, leaves, args, kwargs, purpose, first=0, sweeps=(), bound_later=False):
         """replay() of the signature's (key, leaves), trying its variants from the `first`."""
         variants = self._variants.get(key)
         why = None
@@ -1009,7 +1011,7 @@ class Function:
             why = f"the guard on {variants[0].failed_guard()} changed"
         else:
             why = self._new_signature(key)
-        concrete, out = self._trace(key, args, kwargs, leaves, why, sweeps)
+        concrete, out = self._trace(key, args, kwargs, leaves, why, sweeps, bound_later)
         return concrete, leaves, (out,)
 
     def _new_signature(self, key):
@@ -1024,7 +1026,7 @@ class Function:
                 return f"argument leaf {i} changed ({_describe(a)} -> {_describe(b)})"
         return None
 
-    def _trace(self, key, args, kwargs, leaves, why, sweeps):
+    def _trace(self, key, args, kwargs, leaves, why, sweeps, bound_later=False):
         self.trace_count += 1
         counted_by = self.__dict__.get("_counted_by")
         if counted_by is not None:
@@ -1053,7 +1055,8 @@ class Function:
         backends.current(self.backend).cold_start(trace._rows, trace._slot_rows, sweeps)
         # a replay nothing differentiates runs the run layout (its arena then holds only outputs, guards, writes)
         concrete = Concrete(trace, arg_slots, out, nest.flatten(out), fuse=not self.differentiated)
-        concrete.replayer(self.backend)     # bound now: a replay does no one-time work
+        if not bound_later:
+            concrete.replayer(self.backend)     # bound now: a replay does no one-time work
         self._variants.setdefault(key, []).insert(0, concrete)
         return concrete, out
 

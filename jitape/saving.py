@@ -408,8 +408,8 @@ class LoadedFunction(Function):
         raise ValueError(f"the loaded function {self.__name__!r} cannot run here: it has no Python code, and this "
                          f"call needs it (under a recording tape, or no saved trace serves these arguments)")
 
-    def _replay(self, key, leaves, args, kwargs, purpose, first=0, sweeps=()):
-        key = repr(key)     # as saved (sweeps: a trace's, which a loaded function never makes)
+    def _replay(self, key, leaves, args, kwargs, purpose, first=0, sweeps=(), bound_later=False):
+        key = repr(key)     # as saved (sweeps, bound_later: a trace's, which a loaded function never makes)
         variants = self._variants.get(key)
         if not variants:
             raise ValueError(f"the loaded function {self.__name__!r} has no saved trace for arguments "

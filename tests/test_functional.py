@@ -304,3 +304,25 @@ def test_a_replay_whose_lent_gradients_are_dropped_keeps_its_buffer():
     g(x)
     assert bound() is not None and buffer()() is not bound()      # kept lives on in the first buffer
     np.testing.assert_allclose(kept.numpy(), np.exp(x.numpy()) / np.sum(np.exp(x.numpy())), rtol=1e-12)
+
+
+def test_a_grad_s_first_call_binds_only_the_replay_its_later_calls_run():
+    """A traced variant of jt.grad binds its gradient's replay, which later calls run, and no plain replay
+    (Function.replay's bound_later); one whose gradient is not bound (f's value does not depend on the trace's
+    inputs) binds its plain replay at its second call, and every call's gradient is right."""
+    x = jt.constant(np.linspace(0.1, 1.0, 5))
+    bound = replay_module.Function(lambda x: jt.reduce_sum(jt.sin(x) * x), differentiated=True)
+    grad = jt.grad(bound)
+    want = np.sin(x.numpy()) + x.numpy() * np.cos(x.numpy())
+    np.testing.assert_allclose(grad(x).numpy(), want, rtol=1e-14)
+    (concrete,) = [c for variants in bound._variants.values() for c in variants]
+    assert list(concrete._replayers) == [(jt.config.backend, ("value_and_grad", (0,)))]
+    for _ in range(2):
+        np.testing.assert_allclose(grad(x).numpy(), want, rtol=1e-14)
+    unbound = replay_module.Function(lambda x: jt.constant(2.0, dtype=x.dtype) * 3.0, differentiated=True)
+    value_and_grad = jt.value_and_grad(unbound)
+    for calls in range(1, 4):
+        value, g = value_and_grad(x)
+        assert float(value) == 6.0 and np.array_equal(g.numpy(), np.zeros(5))
+        (concrete,) = [c for variants in unbound._variants.values() for c in variants]
+        assert list(concrete._replayers) == ([] if calls == 1 else [jt.config.backend])
