@@ -141,7 +141,7 @@ DERIVATIVE_READS = tuple(bits | (READ_OUT if name in ("sin", "cos") else 0)
 
 # Which inputs' cotangents equal the output's, entry for entry, as bits (1 << c for input c): the reverse rule
 # copies the output's cotangent there. Where the row is such an input's only reader, a reverse-only sweep reads
-# that cotangent in the output's rows instead of copying it (planning.forwarded_cotangents).
+# that cotangent in the output's rows instead of copying it (planning.cotangent_homes).
 COTANGENT_IS_OUTPUTS = tuple({"copy": 1, "add": 3, "sub": 1}.get(name, 0) for name in NAMES)
 
 # The sweeps dispatch on contiguous opcode ranges, in this order of families; _check_table proves the table

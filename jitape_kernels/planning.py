@@ -86,6 +86,7 @@ def derivative_plan(code, slots, targets, sources):
 # reverse_flags' bits per row: 1, the row runs; 2 << c, input c is first written there; FORWARDED, every input it
 # writes holds its cotangent in the output's adjoint rows (forwarded_cotangents): the row computes nothing
 FORWARDED = 16
+RUNS_AND_SETS = 1 | 2 | 4 | 8       # a row that runs and writes each input first (a sweep's `written` decides)
 
 # What of the recorded values plan() lays out to be copied into the arena: every used slot's, or only those read
 # by the derivative rules of the Program's kept rows: first-order sweeps' (opcodes.FIRST_ORDER_READS), or the
@@ -203,8 +204,9 @@ def plan(records, slot_rows, targets, sources, values, reads, share_from):
         if used[s] and need[s] and active[s]:
             adjoint_rows[s] = 0     # active: its row is laid out below
     home = np.arange(n_slots)
-    if reads == READS_REVERSE:      # every row may run and write its inputs first (the sweep's `written` decides)
-        home, _ = cotangent_homes(code, np.full(m, 15, np.int64), adjoint_rows >= 0, slot_rows[:, 0], pinned)
+    if reads == READS_REVERSE:
+        home, _ = cotangent_homes(code, np.full(m, RUNS_AND_SETS, np.int64), adjoint_rows >= 0, slot_rows[:, 0],
+                                  pinned)
     adjoint_size = adjoint_layout(code, slot_rows[:, 0], adjoint_rows, pinned, share_from, home)
     for k in range(m):
         for c in range(4):

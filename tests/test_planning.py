@@ -12,8 +12,8 @@ from jitape import execute, replay
 from jitape.program import SHARED_ROWS_MIN, lower
 from jitape_kernels import opcodes as oc
 from jitape_kernels.layout import BLOCK, FUSE_MIN_SIZE
-from jitape_kernels.planning import (FORWARDED, READS_ANY_ORDER, READS_FIRST_ORDER, READS_REVERSE, adjoint_layout,
-                                     cotangent_homes, derivative_plan)
+from jitape_kernels.planning import (FORWARDED, READS_ANY_ORDER, READS_FIRST_ORDER, READS_REVERSE, RUNS_AND_SETS,
+                                     adjoint_layout, cotangent_homes, derivative_plan)
 
 from .test_fusion import _bits, _generated_reverse_rows
 from .test_layout import _bound_arrays, _only_variant
@@ -97,7 +97,7 @@ def test_slots_that_share_adjoint_rows_are_never_live_at_once(recording):
     # output's rows (a chain of such rows: in its last output's); a home's rows are live from the first of its
     # slots written to the last read, and two homes whose rows overlap are never live at once
     code[:, oc.OP] = oc.ADD
-    home, _ = cotangent_homes(code, np.full(code.shape[0], 15, np.int64), active >= 0, sizes, pinned)
+    home, _ = cotangent_homes(code, np.full(code.shape[0], RUNS_AND_SETS, np.int64), active >= 0, sizes, pinned)
     homed = active.copy()
     assert adjoint_layout(code, sizes, homed, pinned, LARGE, home) <= total_active
     assert (homed[inactive] == -1).all() and (homed[used] == homed[home[used]]).all()
