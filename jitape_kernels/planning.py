@@ -21,6 +21,16 @@ def _mark(flags, slots):
             flags[s] = True
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _pinned(n_slots, targets, sources):
+    """Per slot, whether it is a target or a source: seeded before a sweep or read after it, so its adjoint rows
+    are never shared, nor forwarded."""
+    pinned = np.zeros(n_slots, np.bool_)
+    _mark(pinned, targets)
+    _mark(pinned, sources)
+    return pinned
+
+
 @njit(cache=True, error_model="numpy")
 def reachability(rows, n_slots, targets, sources, values):
     """(need, active) per slot: `need` when a target depends on it, `active` when its value depends on a
@@ -76,10 +86,8 @@ def derivative_plan(code, slots, targets, sources):
                 kept[k, oc.OUT_ADJ + c] = adjoint_rows[s] if s >= 0 else -1
             k += 1
     flags = reverse_flags(kept, targets, n_slots)
-    pinned = np.zeros(n_slots, np.bool_)
-    _mark(pinned, targets)
-    _mark(pinned, sources)
-    forwarded, forwarded_flags = forwarded_cotangents(kept, flags, adjoint_rows, slots[:, oc.SIZE], pinned)
+    forwarded, forwarded_flags = forwarded_cotangents(kept, flags, adjoint_rows, slots[:, oc.SIZE],
+                                                      _pinned(n_slots, targets, sources))
     return kept, adjoint_rows, adjoint_size, flags, forwarded, forwarded_flags
 
 
@@ -128,10 +136,7 @@ def plan(records, slot_rows, targets, sources, values, reads, share_from):
             for c in range(1, 5):
                 if records[r, c] >= 0:
                     used[records[r, c]] = True
-    # targets and sources: seeded before a sweep or read after it, so their adjoint rows are never shared
-    pinned = np.zeros(n_slots, np.bool_)
-    _mark(pinned, targets)
-    _mark(pinned, sources)
+    pinned = _pinned(n_slots, targets, sources)
     for s in range(n_slots):
         if pinned[s]:
             used[s] = True

@@ -408,24 +408,26 @@ def test_a_function_with_a_host_step_under_an_outer_tape_records_its_differentia
     assert f.trace_count == 2
 
 
+def _inner_hessian(x):
+    """The Hessian an inner tape takes, under whatever tapes record around it."""
+    with jt.GradientTape() as inner:
+        inner.watch(x)
+        y = jt.reduce_sum(jt.exp(x) * jt.sin(x[::-1]))
+    return inner.hessian(y, x)
+
+
 def test_a_derivative_inside_that_an_inner_recording_tape_tracks_is_recorded_not_a_host_step():
     def tracked(x, z):
         with jt.GradientTape() as outer:
             outer.watch(x)
-            with jt.GradientTape() as inner:
-                inner.watch(x)
-                y = jt.reduce_sum(jt.exp(x) * jt.sin(x[::-1]))
-            h = inner.hessian(y, x)
+            h = _inner_hessian(x)
             s = jt.reduce_sum(h * h)
         return outer.gradient(s, x)
 
     def untracked(x, z):
         with jt.GradientTape() as unrelated:
             unrelated.watch(z)
-            with jt.GradientTape() as inner:
-                inner.watch(x)
-                y = jt.reduce_sum(jt.exp(x) * jt.sin(x[::-1]))
-            h = inner.hessian(y, x)
+            h = _inner_hessian(x)
             s = jt.reduce_sum(z * z)
         return h, unrelated.gradient(s, z)
 
