@@ -268,7 +268,7 @@ def _binary(name, opcode, forward, vjp):
     prim = Primitive(name, opcode, forward, _binary_shape, vjp)
     into = isinstance(forward, np.ufunc)      # a large result goes into a recycled buffer (recycling.fresh)
     strided = opcode in _STRIDED_OPCODES
-    small = _OPERATORS.get(opcode, forward)
+    scalar = _OPERATORS.get(opcode, forward)
 
     def large(xv, yv):
         """The value of x op y over operands of one shape and at least STRIDED_FROM entries."""
@@ -288,12 +288,16 @@ def _binary(name, opcode, forward, vjp):
             xv, yv = x._value, y._value
             dtype = xv.dtype
             if yv.dtype is dtype and (dtype is _FLOAT64 or dtype is _FLOAT32) and xv.shape == yv.shape:
-                return emit(prim, (x, y), large(xv, yv) if xv.size >= STRIDED_FROM else small(xv, yv))
+                if type(xv) is _ndarray:
+                    return emit(prim, (x, y), large(xv, yv) if xv.size >= STRIDED_FROM else forward(xv, yv))
+                return emit(prim, (x, y), scalar(xv, yv))
         x, y = promote(x, y)
         if x._value.shape != y._value.shape:
             x, y = _broadcast_pair(x, y, prim.name)
         xv, yv = x._value, y._value
-        return emit(prim, (x, y), large(xv, yv) if xv.size >= STRIDED_FROM else small(xv, yv))
+        if type(xv) is _ndarray:
+            return emit(prim, (x, y), large(xv, yv) if xv.size >= STRIDED_FROM else forward(xv, yv))
+        return emit(prim, (x, y), scalar(xv, yv))
 
     op.__name__ = name
     op.__qualname__ = name
@@ -306,9 +310,10 @@ def _binary(name, opcode, forward, vjp):
 STRIDED_FROM = 1 << 14
 SHORT_RUN = 128         # numpy's runs of 64 broadcast entries still took twice the kernel's time, 10 three times
 _STRIDED_OPCODES = frozenset((oc.ADD, oc.SUB, oc.MUL, oc.DIV, oc.MAXIMUM, oc.MINIMUM))
-# below STRIDED_FROM, the arithmetic ufuncs called through Python's operators: on numpy scalars (every scalar
-# value) they take numpy's scalar math, 40 ns where the ufunc's call takes 550 (a scalar chain's records spent a
-# third of their time there), and on arrays they call the ufunc; one IEEE operation either way, the same bits
+# the arithmetic ufuncs on two numpy scalars (every scalar value) through Python's operators: numpy's scalar math
+# takes 40 ns where the ufunc's call takes 550 (a scalar chain's records spent a third of their time there); one
+# IEEE operation either way, the same bits (on arrays the operators cost more than the ufunc's call)
+_ndarray = np.ndarray
 _OPERATORS = {oc.ADD: operator.add, oc.SUB: operator.sub, oc.MUL: operator.mul, oc.DIV: operator.truediv}
 
 
