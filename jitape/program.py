@@ -194,8 +194,11 @@ def lower(tape, targets, sources, allocate=np.empty, reads=READS_ALL):
     values holds them, and recorded values are never written in place); complete() copies them in before a
     Program is handed out.
     """
-    target_slots = tuple([_slot_if_tracked(tape, t) for t in targets])
-    source_slots = tuple([_slot_if_tracked(tape, s) for s in sources])
+    # one target and one source (the commonest) without a comprehension's frame each
+    target_slots = (_slot_if_tracked(tape, targets[0]),) if len(targets) == 1 else tuple(
+        [_slot_if_tracked(tape, t) for t in targets])
+    source_slots = (_slot_if_tracked(tape, sources[0]),) if len(sources) == 1 else tuple(
+        [_slot_if_tracked(tape, s) for s in sources])
     aliases = tuple(tuple(tape._aliases.get(s._id, ())) for s in sources) if tape._aliases else ((),) * len(sources)
     if not tape._persistent:
         return _lower(tape, target_slots, source_slots, aliases, allocate, reads)

@@ -188,7 +188,7 @@ class Recording:
     # -- watching --------------------------------------------------------------------------
     def watch(self, tensor):
         """Track `tensor` (a float Tensor/Variable, or a nested list/tuple/dict of them)."""
-        for t in nest.flatten(tensor):
+        for t in (tensor,) if type(tensor) is Tensor else nest.flatten(tensor):      # one tensor: at once
             if not isinstance(t, Tensor):
                 raise TypeError(f"GradientTape.watch: expected a Tensor or Variable, got "
                                 f"{type(t).__name__}: {t!r}")
