@@ -23,8 +23,6 @@ import warnings
 from array import array
 from contextlib import contextmanager
 
-import numpy as np
-
 from jitape_kernels import opcodes as oc
 
 from . import nest
@@ -59,10 +57,6 @@ def _slot_row(shape, is_float64, what="jitape"):
         _slot_rows_by_shape[is_float64][shape] = row
     return row
 
-
-# the slot rows of numpy's float scalars (every scalar value), by type: looked up before the shapes' (~0.1 us less)
-_ndarray = np.ndarray
-_scalar_rows = {np.float32: _slot_row((), False), np.float64: _slot_row((), True)}
 
 # the fifth entry of an op's record: its fourth holds its only input, or the tuple of its inputs (none, or three
 # or more); otherwise the fourth and fifth are its two inputs
@@ -347,9 +341,8 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
             continue
         if not connected:
             continue
-        # a numpy scalar's row by its type: its shape and itemsize are slow to read (~0.1 us)
-        row = (_slot_rows_by_shape[value.itemsize == 8].get(value.shape) if type(value) is _ndarray
-               else _scalar_rows.get(type(value))) or _slot_row(value.shape, value.itemsize == 8, prim.name)
+        row = _slot_rows_by_shape[value.itemsize == 8].get(value.shape) or _slot_row(value.shape,
+                                                                                     value.itemsize == 8, prim.name)
         # _attr's appends inline for the common blocks: none, one float (scale, powc), packed ints (a cached window)
         if fblock:
             if iblock or len(fblock) != 1:

@@ -445,9 +445,8 @@ def getitem(x, key):
             return Tensor(value)
         # the commonest subscripts' cached windows looked up inline (a function call is a twentieth of the op)
         shape = v.shape
-        if kind is _SLICE:      # keyed by its resolved bounds
-            bounds = (shape, key.indices(shape[0]))
-            window = (_sliced_windows.get(bounds) or _sliced_window(bounds, key))[0]
+        if kind is _SLICE:      # keyed by its bounds as written (see _sliced_window)
+            window = (_sliced_windows.get((shape, key.start, key.stop, key.step)) or _sliced_window(shape, key))[0]
         else:
             cached = _recorded_windows.get((shape, key)) if kind is int else None     # _recorded_window's key
             window = cached[0] if cached is not None else _recorded_window(shape, key)
@@ -532,15 +531,26 @@ def _recorded_window(shape, key):
     return found
 
 
-_sliced_windows = {}     # (shape, key.indices(shape[0])) of x[key], key a slice -> (_recorded_window's result,)
+# (_recorded_window's result,) of x[key], key a slice, by (x's shape, key.start, key.stop, key.step) where the
+# bounds are ints or None (a flat key: ~40 ns less than one of key.indices), and by (x's shape, key.indices(shape[0]))
+_sliced_windows = {}
+_resolved_windows = {}
 
 
-def _sliced_window(bounds, key):
-    """(_recorded_window,) of x[key] for a slice `key`, cached by `bounds` = (x's shape, key.indices(shape[0])):
-    plain ints whatever the key's bounds were (a Tensor bound's `__index__` ran, as numpy's indexing ran it)."""
-    cached = (_recorded_window(bounds[0], key),)
-    if len(_sliced_windows) < 4096:
-        _sliced_windows[bounds] = cached
+def _sliced_window(shape, key):
+    """(_recorded_window,) of x[key] for a slice `key`, cached by x's shape and the key's bounds as written where
+    they are ints or None: a lookup with other bounds equals none of those entries but where its bounds equal
+    the ints (np.int64(2) == 2), which then give the same window. Other bounds are cached by their resolved
+    ints (a Tensor bound's `__index__` ran, as numpy's indexing ran it)."""
+    bounds = (shape, key.indices(shape[0]))
+    cached = _resolved_windows.get(bounds)
+    if cached is None:
+        cached = (_recorded_window(shape, key),)
+        if len(_resolved_windows) < 4096:
+            _resolved_windows[bounds] = cached
+    part = _plain_part(key)
+    if part is not None and len(_sliced_windows) < 4096:
+        _sliced_windows[(shape, *part)] = cached
     return cached
 
 

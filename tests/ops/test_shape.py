@@ -78,6 +78,28 @@ def test_a_window_cached_for_one_shape_is_not_used_for_another():
         np.testing.assert_array_equal(tape.gradient(loss, x).numpy(), expected)
 
 
+def test_a_slice_s_window_is_the_one_of_its_bounds_whatever_their_kind_and_the_order_cached():
+    # windows are cached by the bounds as written where they are ints or None: a bound of another kind (np.int64,
+    # an integer tensor, one whose hash equals an int bound's) must give its own value's window, cached or not
+    n = 64
+    tensor_bound = jt.constant(np.int64(5))
+    a = np.arange(float(n))
+    x = jt.constant(a)
+    bounds = [(2, 6), (np.int64(2), 6), (tensor_bound, 9), (5, 9), (tensor_bound._id % n, 9), (-7, None),
+              (np.int64(-7), None), (None, jt.constant(np.int32(3))), (None, 3)]
+    for _ in range(2):      # the second round reads every window from the caches
+        for start, stop in bounds + bounds[::-1]:
+            with jt.GradientTape() as tape:
+                tape.watch(x)
+                picked = x[start:stop]
+                loss = jt.reduce_sum(picked * 3.0)
+            lo, hi = (None if b is None else int(b) for b in (start, stop))
+            np.testing.assert_array_equal(picked.numpy(), a[lo:hi])
+            expected = np.zeros(n)
+            expected[lo:hi] = 3.0
+            np.testing.assert_array_equal(tape.gradient(loss, x).numpy(), expected)
+
+
 def test_whole_window_is_the_tensor_itself_and_integer_tensors_are_not_recorded():
     x = jt.constant(np.ones((2, 3)))
     with jt.GradientTape() as tape:
