@@ -194,13 +194,13 @@ class Recording:
             if isinstance(t, Variable):
                 self._variables[t._id] = t
             elif t._id not in self._slot_of and t.shape in _slot_rows_by_shape[t._value.itemsize == 8]:
-                self._new_slot(t)       # now: its first reads then take emit's inline path
+                self._new_slot(t)       # now: its first reads then take record's inline path
 
     def watched_variables(self):
         """The variables this tape watches, in the order they were first watched."""
         return tuple(self._variables.values())
 
-    # -- recording (emit records on every tape; these are its other paths) -------------------
+    # -- recording (`record` writes every tape's rows inline; these are its other paths) -------
     def _connected(self, inputs):
         tracked = self._tracked
         connected = False
@@ -250,7 +250,7 @@ class Recording:
         self._rows.append(_pack_row(opcode, out, in0, in1, in2, attr))
 
     def _record_first_reads(self, prim, inputs, out, params, iblock, fblock):
-        """emit's recording where an input has no slot yet (a constant, or a watched tensor's first use) or is a
+        """record's recording where an input has no slot yet (a constant, or a watched tensor's first use) or is a
         variable, or where an op has no inputs or three."""
         tracked = self._tracked
         connected = False
@@ -310,9 +310,26 @@ class Recording:
 
 
 def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
-    """Wrap `value` (already computed by prim.forward) and record it on every tape that tracks an input: the hot
-    path of eager recording, inline for inputs that already have slots and read no variable (a method call per
-    tape would cost a twentieth of a recorded op); everything else takes Recording._record_first_reads.
+    """As record, for an op of any number of inputs (`inputs`, a tuple; `where` has three): one or two take
+    record's inline path, others Recording._record_first_reads."""
+    n = len(inputs)
+    if n == 1:
+        return record(prim, inputs[0], None, value, params, iblock, fblock)
+    if n == 2:
+        return record(prim, inputs[0], inputs[1], value, params, iblock, fblock)
+    out = _new_object(Tensor)
+    out._value = value
+    out._id = next(_ids)
+    for tape in _state.recording:
+        tape._record_first_reads(prim, inputs, out, params, iblock, fblock)
+    return out
+
+
+def record(prim, first, second, value, params=None, iblock=(), fblock=()):
+    """Wrap `value` (already computed by prim.forward from `first`, and `second` unless None) and record it on
+    every tape that tracks an input: the hot path of eager recording, inline for inputs that already have slots
+    and read no variable (a method call per tape would cost a twentieth of a recorded op; the inputs as
+    arguments, not a tuple, another); everything else takes Recording._record_first_reads.
     Nothing is recorded before the output's slot row is known to be valid (rank <= MAXRANK), so an op that
     raises leaves every tape as it was. params: the op's parameters for its Python VJP; iblock, fblock: its
     attribute block (ints, or ints packed by `packed_attributes`; floats)."""
@@ -322,22 +339,18 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
     for tape in _state.recording:
         slot_of = tape._slot_of
         tracked = tape._tracked
-        n = len(inputs)
-        s0 = s1 = None
-        if n == 1 or n == 2:        # unrolled (a loop costs a third more here)
-            t = inputs[0]
-            i0 = t._id
-            s0 = None if t._is_variable else slot_of.get(i0)
-            connected = i0 in tracked
+        i0 = first._id
+        s0 = None if first._is_variable else slot_of.get(i0)
+        connected = i0 in tracked
+        if second is None:
             s1 = -1
-            if n == 2:
-                t = inputs[1]
-                i1 = t._id
-                s1 = None if t._is_variable else slot_of.get(i1)
-                connected = connected or i1 in tracked
+        else:
+            i1 = second._id
+            s1 = None if second._is_variable else slot_of.get(i1)
+            connected = connected or i1 in tracked
         if s0 is None or s1 is None:
-            if n:
-                tape._record_first_reads(prim, inputs, out, params, iblock, fblock)
+            tape._record_first_reads(prim, (first,) if second is None else (first, second), out, params, iblock,
+                                     fblock)
             continue
         if not connected:
             continue
@@ -366,10 +379,8 @@ def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
         tape._slot_rows.append(row)
         slot_of[out_id] = slot
         tape._rows.append(_pack_row(prim.opcode, slot, s0, s1, -1, attr))
-        if n == 2:      # append_record, inline
-            tape._records.extend((prim, out_id, params, i0, i1))
-        else:
-            tape._records.extend((prim, out_id, params, i0, _ONE_INPUT))
+        # append_record, inline
+        tape._records.extend((prim, out_id, params, i0, _ONE_INPUT if second is None else i1))
         tracked.add(out_id)
     return out
 

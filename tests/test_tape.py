@@ -962,6 +962,36 @@ def test_numpy_views_of_a_tensor_cannot_change_recorded_values():
     np.testing.assert_array_equal(tape.gradient(y, x).numpy(), [2.0, 4.0])
 
 
+def test_emit_of_one_two_or_three_inputs_records_what_record_and_the_first_reads_path_record():
+    from jitape.ops.core import PRIMITIVES
+    from jitape.recording import emit, record
+    x, y, mask = jt.constant([1.0, 2.0]), jt.constant([3.0, -1.0]), jt.constant([1.0, 0.0])
+    sin, add, where = PRIMITIVES["sin"], PRIMITIVES["add"], PRIMITIVES["where"]
+    with jt.GradientTape() as tape:     # the shape's slot row known: both tapes below give x and y slots at watch
+        tape.watch(x)
+        jt.sin(x)
+    found = []
+    for one, two in [(lambda: emit(sin, (x,), np.sin(x._value)), lambda: emit(add, (x, y), x._value + y._value)),
+                     (lambda: record(sin, x, None, np.sin(x._value)),
+                      lambda: record(add, x, y, x._value + y._value))]:
+        with jt.GradientTape() as tape:
+            tape.watch([x, y])
+            first_reads = [one(), two()]       # the constant mask's first read below: _record_first_reads
+            inline = [one(), two()]            # their slots known: the inline path
+            picked = emit(where, (mask, inline[0], inline[1]), np.where(mask._value != 0, inline[0]._value,
+                                                                        inline[1]._value))
+            total = jt.reduce_sum(first_reads[0] + first_reads[1] + inline[0] * inline[1] + picked)
+        rows = b"".join(tape._rows)
+        found.append((rows, [v.tolist() for v in tape._values], [g.numpy().tolist() for g in tape.gradient(
+            total, [x, y])]))
+    assert found[0] == found[1]
+    rows = np.frombuffer(found[0][0], np.int64).reshape(-1, 6)
+    assert rows[:, 0].tolist()[:5] == [sin.opcode, add.opcode, sin.opcode, add.opcode, where.opcode]
+    s, c = np.sin([1.0, 2.0]), np.cos([1.0, 2.0])
+    expected_x = c + 1 + c * np.array([4.0, 1.0]) + s + np.where([True, False], c, 1.0)
+    np.testing.assert_allclose(found[0][2][0], expected_x, rtol=1e-6)
+
+
 def test_watch_gives_a_tensor_its_slot_and_a_rank_it_cannot_record_raises_only_when_recorded():
     x = jt.constant(np.ones((2, 3)))
     deep = jt.constant(np.ones((1,) * 9))
@@ -969,7 +999,7 @@ def test_watch_gives_a_tensor_its_slot_and_a_rank_it_cannot_record_raises_only_w
         tape.watch(x)
         jt.reduce_sum(x)        # the shape's slot row is known from here on
     with jt.GradientTape() as tape:
-        tape.watch([x, deep])           # x: a slot now (its first reads take emit's inline path); deep: none
+        tape.watch([x, deep])           # x: a slot now (its first reads take record's inline path); deep: none
         assert x._id in tape._slot_of and deep._id not in tape._slot_of
         y = jt.reduce_sum(x * x)
         with pytest.raises(ValueError, match="rank at most 8"):

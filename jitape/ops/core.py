@@ -1,5 +1,5 @@
-"""The op registry: Primitive (forward, shape rule, Python VJP, opcode), and `emit` (jitape.recording's), which
-records an op on tapes.
+"""The op registry: Primitive (forward, shape rule, Python VJP, opcode), and `emit` and `record`
+(jitape.recording's), which record an op on tapes.
 
 Every primitive is defined next to its public function in a family module;
 composite ops (softmax, einsum, norm ...) are written in primitives and so
@@ -12,7 +12,7 @@ import numpy as np
 from jitape_kernels import opcodes as oc
 from jitape_kernels.opcodes import MAXRANK
 
-from ..recording import emit, recording_tapes
+from ..recording import emit, record, recording_tapes
 from ..tensor import Tensor, to_numpy
 from ..tracing import _traces, observe, observe_all
 

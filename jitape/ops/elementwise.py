@@ -16,7 +16,7 @@ from ..tensor import _FLOATS, Tensor
 from ..tracing import _traces, observe_all
 from . import shape as _shape
 from .core import (Primitive, as_tensor, broadcast_shapes, composite, constant_value, emit, float_tensor,
-                   non_differentiable, promote, reads_values)
+                   non_differentiable, promote, reads_values, record)
 
 
 def _same(shapes, params):
@@ -39,8 +39,8 @@ def _unary(name, opcode, forward, vjp):
         x = x if isinstance(x, Tensor) and x._value.dtype.kind == "f" else float_tensor(x, prim.name)
         v = x._value
         if into and v.nbytes >= LARGE_BYTES:
-            return emit(prim, (x,), forward(v, out=fresh(v.shape, v.dtype)))
-        return emit(prim, (x,), forward(v))
+            return record(prim, x, None, forward(v, out=fresh(v.shape, v.dtype)))
+        return record(prim, x, None, forward(v))
 
     op.__name__ = name
     op.__qualname__ = name
@@ -116,7 +116,7 @@ _polygamma_prim = Primitive("polygamma", oc.POLYGAMMA, _polygamma_np, _same,
 
 
 def _polygamma(x, n):
-    return emit(_polygamma_prim, (x,), _polygamma_np(x._value, n), n, fblock=(float(n),))
+    return record(_polygamma_prim, x, None, _polygamma_np(x._value, n), n, fblock=(float(n),))
 
 
 def polygamma(a, x, name=None):
@@ -163,7 +163,7 @@ def elu(x, alpha=1.0):
     """Exponential linear unit: x if x > 0 else alpha * (exp(x) - 1)."""
     x = float_tensor(x, "elu")
     a = float(x.dtype.type(alpha))
-    return emit(_elu, (x,), _elu_np(x._value, x.dtype.type(alpha)), a, fblock=(a,))
+    return record(_elu, x, None, _elu_np(x._value, x.dtype.type(alpha)), a, fblock=(a,))
 
 
 def _clip_np(x, lo, hi):
@@ -184,7 +184,7 @@ def clip_by_value(t, clip_value_min, clip_value_max):
     if lo > hi:
         raise ValueError(f"clip_by_value: clip_value_min {lo} is greater than clip_value_max {hi}")
     lo, hi = t.dtype.type(lo), t.dtype.type(hi)
-    return emit(_clip, (t,), _clip_np(t._value, lo, hi), (lo, hi), fblock=(float(lo), float(hi)))
+    return record(_clip, t, None, _clip_np(t._value, lo, hi), (lo, hi), fblock=(float(lo), float(hi)))
 
 
 def _scale_np(x, c):
@@ -207,7 +207,7 @@ def scale(x, c):
         factor = (typed, float(typed))
         if c != 0 and len(_factors) < 4096:        # 0.0 == -0.0 as keys: a zero is converted every time
             _factors[v.dtype, c] = factor
-    return emit(_scale, (x,), _scale_np(v, factor[0]), factor[0], fblock=(factor[1],))
+    return record(_scale, x, None, _scale_np(v, factor[0]), factor[0], fblock=(factor[1],))
 
 
 def _powc_np(x, c):
@@ -220,7 +220,7 @@ _powc = Primitive("powc", oc.POWC, _powc_np, _same,
 
 def _pow_const(x, c):
     c = x.dtype.type(c)
-    return emit(_powc, (x,), _powc_np(x._value, c), c, fblock=(float(c),))
+    return record(_powc, x, None, _powc_np(x._value, c), c, fblock=(float(c),))
 
 
 def _cast_np(x, dtype):
@@ -237,7 +237,7 @@ def cast(x, dtype):
     if x.dtype == dtype:
         return x
     if x.dtype.kind in "fb" and dtype.kind == "f":       # bool: a recorded comparison's 0/1 values
-        return emit(_cast, (x,), _cast_np(x._value, dtype), dtype)
+        return record(_cast, x, None, _cast_np(x._value, dtype), dtype)
     return _cast_constant(x, dtype)
 
 
@@ -250,7 +250,7 @@ def _cast_constant(x, dtype):
 def identity(x):
     """A new tensor with x's value (recorded: gradients flow through)."""
     x = float_tensor(x, "identity")
-    return emit(_cast, (x,), x._value, x.dtype)
+    return record(_cast, x, None, x._value, x.dtype)
 
 
 # -- binary ----------------------------------------------------------------------------------
@@ -289,15 +289,15 @@ def _binary(name, opcode, forward, vjp):
             dtype = xv.dtype
             if yv.dtype is dtype and (dtype is _FLOAT64 or dtype is _FLOAT32) and xv.shape == yv.shape:
                 if type(xv) is _ndarray:
-                    return emit(prim, (x, y), large(xv, yv) if xv.size >= STRIDED_FROM else forward(xv, yv))
-                return emit(prim, (x, y), scalar(xv, yv))
+                    return record(prim, x, y, large(xv, yv) if xv.size >= STRIDED_FROM else forward(xv, yv))
+                return record(prim, x, y, scalar(xv, yv))
         x, y = promote(x, y)
         if x._value.shape != y._value.shape:
             x, y = _broadcast_pair(x, y, prim.name)
         xv, yv = x._value, y._value
         if type(xv) is _ndarray:
-            return emit(prim, (x, y), large(xv, yv) if xv.size >= STRIDED_FROM else forward(xv, yv))
-        return emit(prim, (x, y), scalar(xv, yv))
+            return record(prim, x, y, large(xv, yv) if xv.size >= STRIDED_FROM else forward(xv, yv))
+        return record(prim, x, y, scalar(xv, yv))
 
     op.__name__ = name
     op.__qualname__ = name
@@ -478,7 +478,7 @@ def _compare(name, opcode, fn):
             x, y = promote(x, y)
             if x._value.shape != y._value.shape:
                 x, y = _broadcast_pair(x, y, prim.name)
-            return emit(prim, (x, y), fn(x._value, y._value)[()])
+            return record(prim, x, y, fn(x._value, y._value)[()])
         x, y = as_tensor(x), as_tensor(y, x if isinstance(x, Tensor) else None)
         if _traces.active:
             observe_all((x, y), f"jt.{name} of non-float tensors")
@@ -500,7 +500,7 @@ def stop_gradient(input, name=None):
     every derivative treats as a constant), so a replay recomputes it from its new inputs."""
     x = as_tensor(input)
     if _traces.active and x._value.dtype.kind == "f":
-        return emit(_stop_gradient, (x,), x._value)
+        return record(_stop_gradient, x, None, x._value)
     return Tensor(x._value)
 
 

@@ -11,7 +11,7 @@ from ..recycling import LARGE_BYTES, fresh
 from . import elementwise as _ew
 from . import reduction as _red
 from . import shape as _shape
-from .core import Primitive, as_tensor, broadcast_shapes, composite, emit, float_tensor, promote
+from .core import Primitive, as_tensor, broadcast_shapes, composite, float_tensor, promote, record
 
 
 # -- matmul ----------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def interleaved_matmul(a, b, m, inner, k, n, out_shape):
     a, b = promote(a, b)
     outer = a.size // (m * inner * k)
     params = (outer * inner, outer * inner, m, k, n, inner, out_shape)
-    return emit(_matmul, (a, b), _matmul_np(a._value, b._value, *params), params, params[:6])
+    return record(_matmul, a, b, _matmul_np(a._value, b._value, *params), params, params[:6])
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
@@ -127,7 +127,7 @@ def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
         batch_b = math.prod(batch_shape)
     out_shape = batch_shape + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     params = (batch_a, batch_b, m, k, n, 1, out_shape)
-    return emit(_matmul, (a, b), _matmul_np(a._value, b._value, *params), params, params[:6])
+    return record(_matmul, a, b, _matmul_np(a._value, b._value, *params), params, params[:6])
 
 
 # -- solve / inv -----------------------------------------------------------------------------
@@ -167,7 +167,7 @@ def solve(matrix, rhs, adjoint=False, name=None):
         value = _solve_np(a._value, b._value, batch, n, m)
     except np.linalg.LinAlgError as e:
         raise ValueError(f"linalg.solve: the matrix is singular ({e})") from None
-    return emit(_solve, (a, b), value, (batch, n, m), (batch, n, m))
+    return record(_solve, a, b, value, (batch, n, m), (batch, n, m))
 
 
 def _inv_np(a, batch, n):
@@ -193,7 +193,7 @@ def inv(input, adjoint=False, name=None):
         value = _inv_np(a._value, batch, n)
     except np.linalg.LinAlgError as e:
         raise ValueError(f"linalg.inv: the matrix is singular ({e})") from None
-    return emit(_inv, (a,), value, (batch, n), (batch, n))
+    return record(_inv, a, None, value, (batch, n), (batch, n))
 
 
 # -- einsum / tensordot ----------------------------------------------------------------------

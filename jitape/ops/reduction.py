@@ -14,8 +14,8 @@ from jitape_kernels.cpu.reduction import SHORT_ROWS, short_row_sums
 from ..tensor import Tensor
 from . import elementwise as _ew
 from . import shape as _shape
-from .core import (Primitive, as_tensor, composite, constant_value, emit, float_tensor, non_differentiable,
-                   normalize_axis)
+from .core import (Primitive, as_tensor, composite, constant_value, float_tensor, non_differentiable,
+                   normalize_axis, record)
 
 
 def _reduce_np(ufunc):
@@ -144,7 +144,7 @@ def _reduce(prim, input_tensor, axis, keepdims, what):
     value = prim.forward(x._value, *params)
     if x.dtype.kind != "f":
         return Tensor(value)
-    return emit(prim, (x,), value, params, (outer, n, inner))
+    return record(prim, x, None, value, params, (outer, n, inner))
 
 
 def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
@@ -230,7 +230,7 @@ def _cumsum_rule(shapes, params):
 
 def _emit_cumsum(x, outer, n, inner, exclusive, reverse):
     params = (outer, n, inner, exclusive, reverse)
-    return emit(_cumsum, (x,), _cumsum_np(x._value, *params), params, (outer, n, inner, int(exclusive), int(reverse)))
+    return record(_cumsum, x, None, _cumsum_np(x._value, *params), params, (outer, n, inner, int(exclusive), int(reverse)))
 
 
 # the transposed running sum runs the other way with the same exclusivity

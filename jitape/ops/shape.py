@@ -17,7 +17,7 @@ from ..tensor import VIEWS_FROM, Tensor
 from ..tracing import _traces, broadcast_constant
 from . import linalg as _linalg
 from . import reduction as _reduction
-from .core import Primitive, as_tensor, constant_value, emit, emit_rows, float_tensor, normalize_axis
+from .core import Primitive, as_tensor, constant_value, emit_rows, float_tensor, normalize_axis, record
 
 
 def _recordable(x, what):
@@ -59,7 +59,7 @@ def reshape(tensor, shape, name=None):
     _reshape_shape(x.shape, new_shape)
     if x.dtype.kind != "f":
         return Tensor(np.reshape(x._value, new_shape)[()])
-    return emit(_reshape, (x,), np.reshape(x._value, new_shape)[()], new_shape)
+    return record(_reshape, x, None, np.reshape(x._value, new_shape)[()], new_shape)
 
 
 def squeeze(input, axis=None, name=None):
@@ -104,7 +104,7 @@ def transpose(a, perm=None, conjugate=False, name=None):
         return Tensor(np.transpose(x._value, perm).copy())
     value = np.transpose(x._value, perm)
     # large: the view (as a broadcast's; matmul and the elementwise ops read strided operands in place)
-    return emit(_transpose, (x,), value if value.size >= VIEWS_FROM else value.copy(), perm,
+    return record(_transpose, x, None, value if value.size >= VIEWS_FROM else value.copy(), perm,
                 (x.ndim,) + x.shape + perm)
 
 
@@ -149,7 +149,7 @@ _tile = Primitive("tile", oc.TILE, _tile_np, lambda shapes, p: _tile_shape(shape
 def _emit_tile(x, in_dims, reps, value):
     if _traces.active and not x._is_variable and x.dtype.kind == "f":
         broadcast_constant(x)       # a trace keeps a repeated constant its own size (tracing.broadcast_constant)
-    return emit(_tile, (x,), value, (in_dims, reps), (len(in_dims),) + in_dims + value.shape)
+    return record(_tile, x, None, value, (in_dims, reps), (len(in_dims),) + in_dims + value.shape)
 
 
 def tile(input, multiples, name=None):
@@ -232,12 +232,12 @@ def _window_attributes(in_dims, out_dims, starts, steps):
 def _emit_slice(x, starts, steps, window, out_shape, value=None):
     """x's window as one SLICE instruction (`value`: the result, when the caller computed it already)."""
     value = _slice_np(x._value, starts, steps, window, out_shape) if value is None else value
-    return emit(_strided_slice, (x,), value, (starts, steps, window, out_shape),
+    return record(_strided_slice, x, None, value, (starts, steps, window, out_shape),
                 _window_attributes(x.shape, window, starts, steps))
 
 
 def _emit_pad(x, starts, steps, window, out_shape):
-    return emit(_pad, (x,), _pad_np(x._value, starts, steps, window, out_shape), (starts, steps, window, out_shape),
+    return record(_pad, x, None, _pad_np(x._value, starts, steps, window, out_shape), (starts, steps, window, out_shape),
                 _window_attributes(window, out_shape, starts, steps))
 
 
@@ -410,7 +410,7 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     value = _gather_np(x._value, outer, n_axis, inner, flat, out_shape)
     if x.dtype.kind != "f":
         return Tensor(value)
-    return emit(_gather, (x,), value, (outer, n_axis, inner, flat, out_shape),
+    return record(_gather, x, None, value, (outer, n_axis, inner, flat, out_shape),
                 (outer, n_axis, inner, flat.size) + tuple(flat.tolist()))
 
 
@@ -453,7 +453,7 @@ def getitem(x, key):
         if window is None:      # the whole of x
             return x
         params, iblock = window
-        return emit(_strided_slice, (x,), value, params, iblock)
+        return record(_strided_slice, x, None, value, params, iblock)
     key = key if isinstance(key, tuple) else (key,)
     key = tuple(constant_value(k, "a tensor index") if isinstance(k, Tensor) else k for k in key)
     probe = np.broadcast_to(np.empty((), np.bool_), x.shape)
