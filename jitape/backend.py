@@ -58,19 +58,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def reverse(self, program, adjoint, written):
-        # every eager gradient's sweep: _with_table's lookup inline, no closure made per call
-        temps = self._temps(program, adjoint.shape[1])
-        arrays = (program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written,
-                  program.homes, temps)
-        key = _REVERSE_TABLES[adjoint.shape[1] > 1]     # a table for one column and one for K > 1 (their small rows
-        table = program.memo.get(key)                   # run in different loop kernels)
-        if table is None:
-            k = self._kernels
-            table = program.memo[key] = k.reverse_kernels(program.code, program.slots, program.iattr, program.fattr,
-                                                          program.arena, adjoint, temps, program.homes, False,
-                                                          (k.reverse_sweep, arrays))
-        return self._kernels.reverse_sweep(*arrays, table)
+        """One reverse sweep with K = adjoint.shape[1] cotangent columns from the seeded slots marked in
+        `written`, which marks the slots whose rows it wrote on return (see
+        jitape_kernels.cpu.interpreter.reverse_sweep)."""
 
+    @abc.abstractmethod
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
         """One tangent sweep with K columns (see jitape_kernels.cpu.tangents.tangent_sweep)."""
 
@@ -141,22 +133,17 @@ class CPU(Backend):
         return workspace.scratch(planned[0] + planned[1] * columns, program.arena.dtype)
 
     def reverse(self, program, adjoint, written):
-        # every eager gradient's sweep: _with_table's and _temps' work inline (~0.5 us of W7's 33 at n = 2,500)
-        columns = adjoint.shape[1]
-        memo = program.memo
-        planned = memo.get("temps")
-        if planned is None:
-            planned = memo["temps"] = self._kernels.planned_temps(program.code, program.iattr)
-        temps = workspace.scratch(planned[0] + planned[1] * columns, program.arena.dtype)
+        # every eager gradient's sweep: _with_table's lookup inline, no closure made per call
+        temps = self._temps(program, adjoint.shape[1])
         arrays = (program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written,
                   program.homes, temps)
-        key = _REVERSE_TABLES[columns > 1]      # a table for one column and one for K > 1 (their small rows run in
-        table = memo.get(key)                   # different loop kernels)
+        key = _REVERSE_TABLES[adjoint.shape[1] > 1]     # a table for one column and one for K > 1 (their small rows
+        table = program.memo.get(key)                   # run in different loop kernels)
         if table is None:
             k = self._kernels
-            table = memo[key] = k.reverse_kernels(program.code, program.slots, program.iattr, program.fattr,
-                                                  program.arena, adjoint, temps, program.homes, False,
-                                                  (k.reverse_sweep, arrays))
+            table = program.memo[key] = k.reverse_kernels(program.code, program.slots, program.iattr, program.fattr,
+                                                          program.arena, adjoint, temps, program.homes, False,
+                                                          (k.reverse_sweep, arrays))
         return self._kernels.reverse_sweep(*arrays, table)
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
