@@ -230,7 +230,8 @@ def _cumsum_rule(shapes, params):
 
 def _emit_cumsum(x, outer, n, inner, exclusive, reverse):
     params = (outer, n, inner, exclusive, reverse)
-    return record(_cumsum, x, None, _cumsum_np(x._value, *params), params, (outer, n, inner, int(exclusive), int(reverse)))
+    return record(_cumsum, x, None, _cumsum_np(x._value, *params), params,
+                  (outer, n, inner, int(exclusive), int(reverse)))
 
 
 # the transposed running sum runs the other way with the same exclusivity

@@ -105,7 +105,7 @@ def transpose(a, perm=None, conjugate=False, name=None):
     value = np.transpose(x._value, perm)
     # large: the view (as a broadcast's; matmul and the elementwise ops read strided operands in place)
     return record(_transpose, x, None, value if value.size >= VIEWS_FROM else value.copy(), perm,
-                (x.ndim,) + x.shape + perm)
+                  (x.ndim,) + x.shape + perm)
 
 
 # -- tile / broadcast_to ---------------------------------------------------------------------
@@ -233,12 +233,12 @@ def _emit_slice(x, starts, steps, window, out_shape, value=None):
     """x's window as one SLICE instruction (`value`: the result, when the caller computed it already)."""
     value = _slice_np(x._value, starts, steps, window, out_shape) if value is None else value
     return record(_strided_slice, x, None, value, (starts, steps, window, out_shape),
-                _window_attributes(x.shape, window, starts, steps))
+                  _window_attributes(x.shape, window, starts, steps))
 
 
 def _emit_pad(x, starts, steps, window, out_shape):
-    return record(_pad, x, None, _pad_np(x._value, starts, steps, window, out_shape), (starts, steps, window, out_shape),
-                _window_attributes(window, out_shape, starts, steps))
+    return record(_pad, x, None, _pad_np(x._value, starts, steps, window, out_shape),
+                  (starts, steps, window, out_shape), _window_attributes(window, out_shape, starts, steps))
 
 
 def strided_slice(x, starts, steps, counts):
@@ -411,7 +411,7 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     if x.dtype.kind != "f":
         return Tensor(value)
     return record(_gather, x, None, value, (outer, n_axis, inner, flat, out_shape),
-                (outer, n_axis, inner, flat.size) + tuple(flat.tolist()))
+                  (outer, n_axis, inner, flat.size) + tuple(flat.tolist()))
 
 
 def _batched_gather(x, idx, axis, batch_dims):
