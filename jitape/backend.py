@@ -133,36 +133,31 @@ class CPU(Backend):
         return workspace.scratch(planned[0] + planned[1] * columns, program.arena.dtype)
 
     def reverse(self, program, adjoint, written):
-        # every eager gradient's sweep: _with_table's lookup inline, no closure made per call
         temps = self._temps(program, adjoint.shape[1])
-        arrays = (program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written,
-                  program.homes, temps)
-        key = _REVERSE_TABLES[adjoint.shape[1] > 1]     # a table for one column and one for K > 1 (their small rows
-        table = program.memo.get(key)                   # run in different loop kernels)
-        if table is None:
-            k = self._kernels
-            table = program.memo[key] = k.reverse_kernels(program.code, program.slots, program.iattr, program.fattr,
-                                                          program.arena, adjoint, temps, program.homes, False,
-                                                          (k.reverse_sweep, arrays))
-        return self._kernels.reverse_sweep(*arrays, table)
+        k = self._kernels
+        # a table for one column and one for K > 1 (their small rows run in different loop kernels)
+        return _with_table(program, _REVERSE_TABLES[adjoint.shape[1] > 1], k.reverse_sweep, (
+            program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, written, program.homes,
+            temps), k.reverse_kernels, (program.code, program.slots, program.iattr, program.fattr, program.arena,
+                                        adjoint, temps, program.homes, False))
 
     def tangent(self, program, tangent, seeded, seed_row, seed_start, target):
         temps = self._temps(program, tangent.shape[1])
         k = self._kernels
         return _with_table(program, "tangent kernels", k.tangent_sweep, (
             program.code, program.slots, program.iattr, program.fattr, program.arena, tangent, seeded, seed_row,
-            seed_start, target, program.homes, temps), lambda sweep: k.tangent_kernels(
+            seed_start, target, program.homes, temps), k.tangent_kernels, (
                 program.code, program.slots, program.iattr, program.fattr, program.arena, tangent, temps,
-                program.homes, sweep))
+                program.homes))
 
     def second_order(self, program, adjoint, tangent, adjoint_tangent, seeded):
         temps = self._temps(program, tangent.shape[1])
         k = self._kernels
         return _with_table(program, "second-order kernels", k.second_order_sweep, (
             program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, tangent,
-            adjoint_tangent, seeded, program.homes, temps), lambda sweep: k.second_order_kernels(
+            adjoint_tangent, seeded, program.homes, temps), k.second_order_kernels, (
                 program.code, program.slots, program.iattr, program.fattr, program.arena, adjoint, tangent,
-                adjoint_tangent, temps, program.homes, sweep))
+                adjoint_tangent, temps, program.homes))
 
     def row_mixing(self, program, batch, seeded):
         return self._kernels.first_row_mixing(program.code, program.slots, program.iattr, batch, seeded,
@@ -179,21 +174,22 @@ class CPU(Backend):
         k = self._kernels
         _with_table(program, ("per-example row kernels", param_adjoint.shape[1]), k.per_example_sweep, (
             code, modes, layouts, program.slots, program.iattr, program.fattr, program.arena, row_adjoint,
-            param_adjoint, program.homes, temps), lambda sweep: k.reverse_kernels(
+            param_adjoint, program.homes, temps), k.reverse_kernels, (
                 code, program.slots, program.iattr, program.fattr, program.arena, row_adjoint, temps, program.homes,
-                True, sweep))
+                True))
 
 
 _REVERSE_TABLES = (("row kernels", False), ("row kernels", True))
 
 
-def _with_table(program, key, sweep, arrays, table_of):
+def _with_table(program, key, sweep, arrays, table_of, table_args):
     """sweep(*arrays, its table of addressed kernels): the table made once per Program (its memo, under `key`; the
-    sweep's arrays have one type per dtype, and the sweep checks it) by table_of((sweep, arrays)), which compiles
-    the sweep with the table's kernels, side by side where the cache lacks them."""
+    sweep's arrays have one type per dtype, and the sweep checks it) by table_of(*table_args, (sweep, arrays)),
+    which compiles the sweep with the table's kernels, side by side where the cache lacks them (its arguments, not
+    a closure made per call: every eager gradient comes here)."""
     table = program.memo.get(key)
     if table is None:
-        table = program.memo[key] = table_of((sweep, arrays))
+        table = program.memo[key] = table_of(*table_args, (sweep, arrays))
     return sweep(*arrays, table)
 
 

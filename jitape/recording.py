@@ -312,11 +312,8 @@ class Recording:
 def emit(prim, inputs, value, params=None, iblock=(), fblock=()):
     """As record, for an op of any number of inputs (`inputs`, a tuple; `where` has three): one or two take
     record's inline path, others Recording._record_first_reads."""
-    n = len(inputs)
-    if n == 1:
-        return record(prim, inputs[0], None, value, params, iblock, fblock)
-    if n == 2:
-        return record(prim, inputs[0], inputs[1], value, params, iblock, fblock)
+    if 1 <= len(inputs) <= 2:
+        return record(prim, inputs[0], inputs[-1] if len(inputs) == 2 else None, value, params, iblock, fblock)
     out = _new_object(Tensor)
     out._value = value
     out._id = next(_ids)
