@@ -4,7 +4,6 @@ forward-over-reverse Hessians."""
 import math
 
 import numpy as np
-
 from numba import types
 from numba.extending import intrinsic
 
