@@ -1,7 +1,9 @@
 """jitape.recycling: a dead owner's large buffers are handed out again (the last freed first, for requests they
 fit within a quarter), never while a view of them survives, and no more than jt.config.workspace_reuse_bytes of
-them wait unused; a persistent tape's Programs use it."""
+them wait unused; a persistent tape's Programs use it. The sweeps' workspace keeps buffers malloc would not serve
+from its free lists."""
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -104,6 +106,21 @@ def test_small_buffers_are_plain_arrays():
     small = recycling.take(100, np.float64)
     recycling.keep(Owner(), small)
     assert recycling._owned == [] and small.base is None
+
+
+def test_the_workspace_keeps_only_buffers_malloc_would_not_serve_from_its_free_lists():
+    """The sweeps' workspace: buffers of at most _MALLOC_BYTES are plain arrays, one per request (malloc's free
+    lists serve them faster than a lookup), larger ones are kept and handed out again."""
+    workspace = recycling._Workspace()
+    entries = recycling._MALLOC_BYTES // 8
+    small = workspace.take("arena", entries, np.float64)
+    assert small.base is None and small.size == entries and workspace.buffers == {}
+    assert not np.shares_memory(workspace.take("arena", entries, np.float64), small)
+    large = workspace.take("arena", entries + 1, np.float64)
+    kept = weakref.ref(workspace.buffers[("arena", np.dtype(np.float64))])      # a reference would hold it
+    assert large.size == entries + 1 and large.base is kept()
+    del large
+    assert workspace.take("arena", entries + 1, np.float64).base is kept()
 
 
 def test_persistent_tapes_reuse_their_predecessors_buffers():
