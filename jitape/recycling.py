@@ -115,7 +115,8 @@ class _Workspace(threading.local):
 
     Fresh multi-megabyte buffers cost a page fault per 4 KiB on first touch,
     more than an MLP's whole reverse sweep; buffers above jt.config.workspace_reuse_bytes are not kept, nor
-    those of at most _MALLOC_BYTES (malloc serves them faster). A buffer that a gradient still views (see source_gradients) is not handed out again: a new one replaces it.
+    those of at most _MALLOC_BYTES (malloc serves them faster). A buffer that a gradient still views (see
+    source_gradients) is not handed out again: a new one replaces it.
     """
 
     def __init__(self):
