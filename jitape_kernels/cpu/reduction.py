@@ -161,9 +161,10 @@ def _shift(peak):
 
 @njit(cache=True, error_model="numpy", inline="always", fastmath={"contract"})
 def _row_exp_sum(x2, o, shift, running, exps):
-    """The sum of exp(x2[o, a] - shift) along row o in LANES float64 running sums: one vector loop that reads the
-    row once (as _row_extremum's) and leaves each exponential in exps[a] (a replay's stash, or scratch: written
-    always, as a run-time choice inside the loop keeps it from vectorising; the writes cost ~3%)."""
+    """The sum of exp(x2[o, a] - shift) along row o: its first multiple of LANES entries in LANES float64 running
+    sums (one vector loop that reads the row once), then the rest in order. Each exponential is left in exps[a] (a
+    replay's stash, or scratch: written always, as a run-time choice inside the loop keeps it from vectorising;
+    the writes cost ~3%)."""
     n = x2.shape[1]
     stop = n - n % LANES
     total = 0.0

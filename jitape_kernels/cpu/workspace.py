@@ -12,8 +12,8 @@ REGIONS = 5
 REGION = 2 * oc.MAXRANK + 1     # a TILE's axes split in two (shape.affine_spec), or a rank and K columns
 
 
-# a logsumexp row's running sums: eight vector registers' worth, so the row loop vectorises without one register's
-# dependency chain
+# a logsumexp row's running sums (eight vector registers' worth, so its loop vectorises without one register's
+# dependency chain), or a pairwise sum's left halves' sums (one per level of FRAMES)
 LANES = 64
 # a pairwise sum's pending halves, (start, size, which half is done) per level: 64 levels halve any row
 FRAMES = 64
